@@ -1,0 +1,68 @@
+-- pg_idem managed state. Applications never touch these relations directly: they call the
+-- idem_* functions, which run with the extension owner's rights and a pinned search_path.
+
+CREATE SCHEMA idem;
+COMMENT ON SCHEMA idem IS 'pg_idem managed state: use the idem_* functions, not these tables';
+REVOKE ALL ON SCHEMA idem FROM PUBLIC;
+
+-- Fencing tokens come from one global sequence (CACHE 1, the default): a fence handed out later
+-- is always larger, whichever backend hands it out, across release, forget, purge and restarts.
+CREATE SEQUENCE idem.fence_seq AS bigint MINVALUE 1 NO CYCLE;
+
+CREATE TABLE idem.keys (
+    -- fixed-width columns first: no alignment padding between them
+    fence            bigint      NOT NULL,
+    claimed_at       timestamptz NOT NULL,   -- start of the current attempt
+    lease_expires_at timestamptz,            -- NULL once completed or failed
+    expires_at       timestamptz NOT NULL,   -- past it the key counts as absent
+    purge_after      timestamptz NOT NULL,   -- indexed lower bound of expires_at, see below
+    ttl              interval    NOT NULL,   -- how long a stored response is replayed
+    attempt          integer     NOT NULL,
+    response_code    integer,
+    state            "char"      NOT NULL,   -- 'p' in_progress, 'c' completed, 'f' failed
+    tenant           text COLLATE "C" NOT NULL,
+    key              text COLLATE "C" NOT NULL,
+    request_hash     bytea       NOT NULL,   -- SHA-256 of the caller's request_hash text
+    response_body    jsonb,
+    checkpoint_phase text,
+    checkpoint_data  jsonb,
+    CONSTRAINT keys_pkey PRIMARY KEY (tenant, key),
+    CONSTRAINT keys_state_check CHECK (state IN ('p', 'c', 'f')),
+    CONSTRAINT keys_request_hash_check CHECK (pg_catalog.octet_length(request_hash) = 32)
+) WITH (
+    -- room on each page for the completed version of its rows: complete, fail, heartbeat and
+    -- checkpoint change no indexed column, so they stay HOT when the page has space
+    fillfactor = 75,
+    -- purges leave dead tuples behind in bursts; reclaim them promptly
+    autovacuum_vacuum_scale_factor = 0.02,
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_insert_scale_factor = 0.05,
+    autovacuum_analyze_scale_factor = 0.05
+);
+
+-- The purge walks this index. It is keyed on purge_after, never on expires_at, because
+-- idem_complete moves expires_at and an index on it would make every complete a non-HOT update.
+-- Invariant: purge_after <= expires_at, and only the purge itself moves purge_after forward.
+CREATE INDEX keys_purge_after_idx ON idem.keys (purge_after);
+
+COMMENT ON TABLE idem.keys IS 'pg_idem idempotency keys, one row per (tenant, key)';
+
+-- Watermarks of ordered streams (idem_claim_seq): one row per stream, whatever the message count.
+CREATE TABLE idem.watermarks (
+    watermark  bigint      NOT NULL,
+    updated_at timestamptz NOT NULL,
+    tenant     text COLLATE "C" NOT NULL,
+    stream     text COLLATE "C" NOT NULL,
+    CONSTRAINT watermarks_pkey PRIMARY KEY (tenant, stream)
+) WITH (fillfactor = 50);
+
+COMMENT ON TABLE idem.watermarks IS 'pg_idem high-watermarks of ordered streams, one row per (tenant, stream)';
+
+REVOKE ALL ON ALL TABLES IN SCHEMA idem FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA idem FROM PUBLIC;
+
+-- pg_dump keeps the rows and the sequence position, so a restore brings back every key and
+-- never hands out a fence that was already used.
+SELECT pg_catalog.pg_extension_config_dump('idem.keys', '');
+SELECT pg_catalog.pg_extension_config_dump('idem.watermarks', '');
+SELECT pg_catalog.pg_extension_config_dump('idem.fence_seq', '');

@@ -1,0 +1,130 @@
+//! Every error pg_idem raises: one SQLSTATE per kind, a message naming the argument or key, a
+//! detail and a hint. Nothing a caller passes may end in a Rust panic (which would be XX000).
+
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::{PgLogLevel, PgSqlErrorCode};
+
+/// An error on its way to the client. Build it with one of the constructors below, then `raise()`.
+#[derive(Debug)]
+pub struct IdemError {
+    code: PgSqlErrorCode,
+    message: String,
+    detail: String,
+    hint: String,
+}
+
+impl IdemError {
+    fn new(code: PgSqlErrorCode, message: String, detail: String, hint: impl Into<String>) -> Self {
+        IdemError {
+            code,
+            message,
+            detail,
+            hint: hint.into(),
+        }
+    }
+
+    /// Aborts the current statement with this error (the transaction rolls back as usual).
+    pub fn raise(self) -> ! {
+        ErrorReport::new(self.code, self.message, "pg_idem")
+            .set_detail(self.detail)
+            .set_hint(self.hint)
+            .report(PgLogLevel::ERROR);
+        unreachable!("ERROR does not return")
+    }
+
+    #[cfg(any(test, feature = "pg_test"))]
+    pub fn sqlstate(&self) -> PgSqlErrorCode {
+        self.code
+    }
+}
+
+/// 22004: a required argument is NULL.
+pub fn null_argument(argument: &str, hint: &str) -> IdemError {
+    IdemError::new(
+        PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+        format!("argument \"{argument}\" must not be null"),
+        format!("pg_idem cannot act on a NULL {argument}."),
+        hint,
+    )
+}
+
+/// 22023: an argument is out of its allowed range or shape.
+pub fn invalid_argument(argument: &str, problem: &str, detail: String, hint: &str) -> IdemError {
+    IdemError::new(
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        format!("argument \"{argument}\" {problem}"),
+        detail,
+        hint,
+    )
+}
+
+/// 54000: an argument is larger than a configured limit.
+pub fn too_large(argument: &str, detail: String, hint: &str) -> IdemError {
+    IdemError::new(
+        PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+        format!("argument \"{argument}\" is too large"),
+        detail,
+        hint,
+    )
+}
+
+/// Why an operation under a fence was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseLost {
+    /// The key is in progress under another (newer) fence: it was taken over.
+    TakenOver,
+    /// The key is in progress under a fence that is not the caller's and not newer.
+    WrongFence,
+    /// The key already holds a completed response.
+    Completed,
+    /// The key already holds a final error.
+    Failed,
+}
+
+/// 55000: the caller's fence no longer owns the key. Its transaction must roll back.
+pub fn lease_lost(
+    function: &str,
+    tenant: &str,
+    key: &str,
+    fence: i64,
+    why: LeaseLost,
+) -> IdemError {
+    let detail = match why {
+        LeaseLost::TakenOver => {
+            format!("Fence {fence} is no longer current: another attempt has claimed the key since (a takeover after the lease expired, or a new claim after a release).")
+        }
+        LeaseLost::WrongFence => format!("Fence {fence} was never the fence of this key."),
+        LeaseLost::Completed => {
+            format!("The key is already completed; fence {fence} cannot change it.")
+        }
+        LeaseLost::Failed => {
+            format!("The key already holds a final error; fence {fence} cannot change it.")
+        }
+    };
+    IdemError::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!("{function}: lease lost on key \"{key}\" of tenant \"{tenant}\""),
+        detail,
+        "Stop this attempt and roll back its transaction; the attempt that holds the key now, or the stored response, is authoritative.",
+    )
+}
+
+/// P0002: the key does not exist (never claimed, released, forgotten or purged).
+pub fn key_not_found(function: &str, tenant: &str, key: &str, fence: i64) -> IdemError {
+    IdemError::new(
+        PgSqlErrorCode::ERRCODE_NO_DATA_FOUND,
+        format!("{function}: key \"{key}\" of tenant \"{tenant}\" does not exist"),
+        format!("No key holds fence {fence}: it was never claimed, or it was released, forgotten or purged since."),
+        "Claim the key with idem_claim() first; a released or purged key must be claimed again.",
+    )
+}
+
+/// XX000 with a readable message, for SPI failures that only a bug in pg_idem can cause.
+pub fn internal(what: &str, error: impl std::fmt::Display) -> IdemError {
+    IdemError::new(
+        PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+        format!("pg_idem internal error: {what}"),
+        format!("{error}"),
+        "This is a bug in pg_idem; please report it with the statement that caused it.",
+    )
+}

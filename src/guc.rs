@@ -1,0 +1,168 @@
+//! The pg_idem.* settings. Defined in `_PG_init` whether or not the library is preloaded, so that
+//! `SHOW` and `SET` work in every session; the prefix is reserved so a typo is an error.
+
+use std::ffi::CString;
+
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+
+/// Microseconds per millisecond / second, for the unit conversions below.
+const MICROS_PER_MS: i64 = 1_000;
+const MICROS_PER_S: i64 = 1_000_000;
+
+pub static LEASE_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
+pub static TTL_S: GucSetting<i32> = GucSetting::<i32>::new(86_400);
+pub static MAX_KEY_LENGTH: GucSetting<i32> = GucSetting::<i32>::new(255);
+pub static MAX_RESPONSE_BYTES: GucSetting<i32> = GucSetting::<i32>::new(1024 * 1024);
+pub static MAX_BATCH_KEYS: GucSetting<i32> = GucSetting::<i32>::new(1000);
+pub static REJECT_STALE_UUIDV7: GucSetting<bool> = GucSetting::<bool>::new(false);
+pub static DATABASE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"postgres"));
+pub static PURGE_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
+pub static PURGE_BATCH_SIZE: GucSetting<i32> = GucSetting::<i32>::new(5000);
+
+pub fn init() {
+    GucRegistry::define_int_guc(
+        c"pg_idem.lease_timeout",
+        c"Lease of a claim when idem_claim or idem_heartbeat gets no lease argument.",
+        c"After the lease has passed without a completion, the next claim with the same request hash takes the key over.",
+        &LEASE_TIMEOUT_MS,
+        1,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_idem.ttl",
+        c"How long a key is kept when idem_claim gets no ttl argument.",
+        c"A completed or failed key is replayed for at least this long after its response was stored.",
+        &TTL_S,
+        1,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_idem.max_key_length",
+        c"Longest tenant or key accepted, in characters.",
+        c"Longer tenants or keys are refused with SQLSTATE 22023.",
+        &MAX_KEY_LENGTH,
+        1,
+        1024,
+        GucContext::Suset,
+        GucFlags::empty(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_idem.max_response_bytes",
+        c"Largest response_body or checkpoint data accepted.",
+        c"Larger bodies are refused with SQLSTATE 54000 and nothing is stored.",
+        &MAX_RESPONSE_BYTES,
+        1,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_BYTE,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_idem.max_batch_keys",
+        c"Most keys one idem_claim_many call accepts.",
+        c"Larger batches are refused with SQLSTATE 54000; every new key claimed holds one lock until commit.",
+        &MAX_BATCH_KEYS,
+        1,
+        100_000,
+        GucContext::Suset,
+        GucFlags::empty(),
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_idem.reject_stale_uuidv7",
+        c"Answer stale_key to a claim of an absent UUIDv7 key older than its ttl.",
+        c"Such a key may have run and been purged already, so running it again could repeat its effect.",
+        &REJECT_STALE_UUIDV7,
+        GucContext::Userset,
+        GucFlags::empty(),
+    );
+    GucRegistry::define_string_guc(
+        c"pg_idem.database",
+        c"Databases the purge worker purges, comma-separated.",
+        c"One purge worker runs per listed database. Needs shared_preload_libraries = 'pg_idem'.",
+        &DATABASE,
+        GucContext::Postmaster,
+        GucFlags::SUPERUSER_ONLY,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_idem.purge_interval",
+        c"Time between two purge passes of the purge worker; 0 pauses purging.",
+        c"Each pass deletes expired keys in batches of pg_idem.purge_batch_size, one short transaction each.",
+        &PURGE_INTERVAL_MS,
+        0,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_idem.purge_batch_size",
+        c"Most keys the purge worker deletes in one transaction.",
+        c"Small batches keep each purge transaction short.",
+        &PURGE_BATCH_SIZE,
+        1,
+        1_000_000,
+        GucContext::Sighup,
+        GucFlags::empty(),
+    );
+    reserve_prefix();
+}
+
+#[cfg(any(feature = "pg13", feature = "pg14"))]
+fn reserve_prefix() {
+    unsafe { pgrx::pg_sys::EmitWarningsOnPlaceholders(c"pg_idem".as_ptr()) }
+}
+
+#[cfg(not(any(feature = "pg13", feature = "pg14")))]
+fn reserve_prefix() {
+    unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"pg_idem".as_ptr()) }
+}
+
+pub fn lease_timeout_us() -> i64 {
+    i64::from(LEASE_TIMEOUT_MS.get()) * MICROS_PER_MS
+}
+
+pub fn ttl_us() -> i64 {
+    i64::from(TTL_S.get()) * MICROS_PER_S
+}
+
+pub fn max_key_length() -> usize {
+    usize::try_from(MAX_KEY_LENGTH.get()).unwrap_or(usize::MAX)
+}
+
+pub fn max_response_bytes() -> usize {
+    usize::try_from(MAX_RESPONSE_BYTES.get()).unwrap_or(usize::MAX)
+}
+
+pub fn max_batch_keys() -> usize {
+    usize::try_from(MAX_BATCH_KEYS.get()).unwrap_or(usize::MAX)
+}
+
+pub fn reject_stale_uuidv7() -> bool {
+    REJECT_STALE_UUIDV7.get()
+}
+
+/// The databases listed in pg_idem.database, trimmed, without empties or repeats.
+pub fn databases() -> Vec<String> {
+    let raw = DATABASE
+        .get()
+        .and_then(|c| c.into_string().ok())
+        .unwrap_or_default();
+    let mut names: Vec<String> = Vec::new();
+    for name in raw.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        if !names.iter().any(|n| n == name) {
+            names.push(name.to_string());
+        }
+    }
+    names
+}
+
+pub fn purge_interval_ms() -> u64 {
+    u64::try_from(PURGE_INTERVAL_MS.get()).unwrap_or(0)
+}
+
+pub fn purge_batch_size() -> i64 {
+    i64::from(PURGE_BATCH_SIZE.get())
+}

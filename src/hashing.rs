@@ -1,0 +1,162 @@
+//! Hashes and UUIDs: request fingerprints, the stored form of request_hash, the per-key lock tag,
+//! and the UUIDv7 / UUIDv5 keys pg_idem hands out.
+
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::canonical_json;
+
+/// Namespace of `idem_downstream_key`: UUIDv5 of the URL "https://pg-idem.dev/downstream-key"
+/// in the standard URL namespace, so any language can recompute a downstream key.
+pub const DOWNSTREAM_NAMESPACE: Uuid = Uuid::from_u128(0x4f6b_5a0e_2c1d_5b8e_9a3f_7c2e_1d4b_6a90);
+
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 0x0f) as usize] as char);
+    }
+    out
+}
+
+/// `idem_request_hash(body)`: hex SHA-256 of the canonical form of a JSON text.
+pub fn request_hash_of_body(body_json: &str) -> Result<String, canonical_json::SyntaxError> {
+    Ok(hex(&sha256(
+        canonical_json::canonicalize(body_json)?.as_bytes(),
+    )))
+}
+
+/// `idem_request_hash(method, path, body)`: hex SHA-256 of the canonical `[METHOD, path, body]`.
+pub fn request_hash_of_request(
+    method: &str,
+    path: &str,
+    body_json: &str,
+) -> Result<String, canonical_json::SyntaxError> {
+    let canonical = canonical_json::array_of(&[
+        canonical_json::string(&method.to_ascii_uppercase()),
+        canonical_json::string(path),
+        canonical_json::canonicalize(body_json)?,
+    ]);
+    Ok(hex(&sha256(canonical.as_bytes())))
+}
+
+/// What idem.keys stores for a request_hash: its SHA-256, 32 bytes whatever the fingerprint's
+/// format, and compared exactly (two different texts never compare equal).
+pub fn stored_request_hash(request_hash: &str) -> [u8; 32] {
+    sha256(request_hash.as_bytes())
+}
+
+/// The 64-bit lock identity of (tenant, key): the first 8 bytes of SHA-256(tenant, 0x00, key).
+/// NUL cannot occur in text, so distinct pairs give distinct inputs.
+pub fn key_lock_id(tenant: &str, key: &str) -> u64 {
+    let mut hasher = Sha256::new();
+    hasher.update(tenant.as_bytes());
+    hasher.update([0u8]);
+    hasher.update(key.as_bytes());
+    let digest = hasher.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first)
+}
+
+/// A new UUIDv7 (RFC 9562): 48-bit Unix milliseconds, then random bits.
+pub fn new_uuid_v7() -> Uuid {
+    Uuid::now_v7()
+}
+
+/// The deterministic downstream key of one step of one key: UUIDv5 over tenant, 0x00, key,
+/// 0x00, step in `DOWNSTREAM_NAMESPACE`.
+pub fn downstream_key(tenant: &str, key: &str, step: &str) -> Uuid {
+    let mut name = Vec::with_capacity(tenant.len() + key.len() + step.len() + 2);
+    name.extend_from_slice(tenant.as_bytes());
+    name.push(0);
+    name.extend_from_slice(key.as_bytes());
+    name.push(0);
+    name.extend_from_slice(step.as_bytes());
+    Uuid::new_v5(&DOWNSTREAM_NAMESPACE, &name)
+}
+
+/// The Unix time in milliseconds inside `key` when it is a UUIDv7 in any of its text spellings.
+pub fn uuid_v7_unix_ms(key: &str) -> Option<u64> {
+    let uuid = Uuid::try_parse(key).ok()?;
+    if uuid.get_version_num() != 7 {
+        return None;
+    }
+    let b = uuid.as_bytes();
+    Some(
+        b[..6]
+            .iter()
+            .fold(0u64, |acc, &x| (acc << 8) | u64::from(x)),
+    )
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    #[test]
+    fn downstream_namespace_is_the_documented_uuid_v5() {
+        let derived = Uuid::new_v5(&Uuid::NAMESPACE_URL, b"https://pg-idem.dev/downstream-key");
+        assert_eq!(
+            DOWNSTREAM_NAMESPACE, derived,
+            "constant must equal {derived}"
+        );
+    }
+
+    #[test]
+    fn downstream_key_is_deterministic_and_separated() {
+        let a = downstream_key("t", "k", "charge");
+        assert_eq!(a, downstream_key("t", "k", "charge"));
+        assert_eq!(a.get_version_num(), 5);
+        assert_ne!(a, downstream_key("t", "k", "refund"));
+        assert_ne!(
+            downstream_key("ab", "c", "s"),
+            downstream_key("a", "bc", "s")
+        );
+    }
+
+    #[test]
+    fn request_hash_ignores_order_whitespace_and_method_case() {
+        let a = request_hash_of_request("post", "/v1/charges", r#"{"b": 1, "a": 2.50}"#).unwrap();
+        let b = request_hash_of_request("POST", "/v1/charges", r#"{"a":2.5,"b":1}"#).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 64);
+        assert!(a
+            .bytes()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)));
+        assert_ne!(
+            a,
+            request_hash_of_request("POST", "/v1/Charges", r#"{"a":2.5,"b":1}"#).unwrap()
+        );
+        assert_eq!(
+            request_hash_of_body("{}").unwrap(),
+            "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+        );
+    }
+
+    #[test]
+    fn uuid_v7_time_is_read_back() {
+        let key = new_uuid_v7();
+        let ms = uuid_v7_unix_ms(&key.to_string()).expect("a v7");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        assert!(now.abs_diff(ms) < 10_000);
+        assert_eq!(uuid_v7_unix_ms("not-a-uuid"), None);
+        assert_eq!(
+            uuid_v7_unix_ms(&downstream_key("t", "k", "s").to_string()),
+            None
+        );
+    }
+
+    #[test]
+    fn lock_ids_differ_for_shifted_boundaries() {
+        assert_ne!(key_lock_id("ab", "c"), key_lock_id("a", "bc"));
+    }
+}

@@ -1,0 +1,57 @@
+//! pg_idem: exactly-once effects on top of at-least-once delivery, as a PostgreSQL extension.
+//!
+//! This file only wires the modules together:
+//! - `api`: the core SQL functions (claim, complete, fail, release, heartbeat, forget, purge, hashes)
+//! - `args`: argument checks shared by every SQL function
+//! - `store`: the key store, every statement on idem.keys
+//! - `hashing`, `canonical_json`: request fingerprints, lock identities, UUIDs
+//! - `datum`: jsonb pass-through and one-row records
+//! - `guc`: the pg_idem.* settings
+//! - `stats`: shared-memory counters and the statistics functions
+//! - `worker`: the purge launcher and purge workers
+//! - `errors`: SQLSTATEs, messages, details and hints
+
+use pgrx::prelude::*;
+
+mod api;
+mod args;
+mod canonical_json;
+mod datum;
+mod errors;
+mod guc;
+mod hashing;
+mod stats;
+mod store;
+mod worker;
+
+pgrx::pg_module_magic!(name, version);
+
+extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
+extension_sql_file!("../sql/api.sql", name = "api", requires = ["schema"]);
+extension_sql_file!("../sql/stats.sql", name = "stats", requires = ["api"]);
+
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    guc::init();
+    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        stats::init_shared_memory();
+        worker::register();
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    include!("../pgrx-tests/core.rs");
+}
+
+/// Required by `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec!["shared_preload_libraries = 'pg_idem'"]
+    }
+}

@@ -1,0 +1,714 @@
+//! The key store: every read and write of `idem.keys`, through plans prepared once per backend.
+//!
+//! Concurrency rules, which the rest of pg_idem relies on:
+//! - Whoever writes a key first takes a transaction-scoped lock on the key's identity
+//!   (`key_lock`). Claims only *try* it: failing to get it means another transaction is claiming
+//!   or finishing that key right now, so the answer is `in_progress` at once, without waiting.
+//!   Holding it guarantees that no other uncommitted claim, completion or release of the key
+//!   exists, so the claim's INSERT or UPDATE cannot wait on another transaction.
+//! - The purge takes no key lock and never waits (SKIP LOCKED); it only touches expired rows.
+//! - Every time comparison uses the clock value the caller passes in (`now`), read once per call.
+
+use std::cell::OnceCell;
+
+use pgrx::datum::DatumWithOid;
+use pgrx::memcxt::PgMemoryContexts;
+use pgrx::pg_sys::{self, BuiltinOid, PgOid};
+use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiTupleTable};
+use pgrx::{FromDatum, Spi};
+
+use crate::datum::Jsonb;
+use crate::errors::{self, LeaseLost};
+use crate::hashing;
+
+/// Microseconds since 2000-01-01 UTC: PostgreSQL's TimestampTz.
+pub type Micros = i64;
+
+/// The server clock, read once per call so that all comparisons in one call agree.
+pub fn clock() -> Micros {
+    unsafe { pg_sys::GetCurrentTimestamp() }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    InProgress,
+    Completed,
+    Failed,
+}
+
+impl State {
+    pub fn code(self) -> i8 {
+        (match self {
+            State::InProgress => b'p',
+            State::Completed => b'c',
+            State::Failed => b'f',
+        }) as i8
+    }
+
+    fn from_code(code: i8) -> State {
+        match code as u8 {
+            b'c' => State::Completed,
+            b'f' => State::Failed,
+            _ => State::InProgress,
+        }
+    }
+}
+
+/// A key as stored.
+pub struct KeyRow {
+    pub state: State,
+    pub request_hash: Vec<u8>,
+    pub fence: i64,
+    pub attempt: i32,
+    pub response_code: Option<i32>,
+    pub response_body: Option<Jsonb>,
+    pub lease_expires_at: Option<Micros>,
+    pub expires_at: Micros,
+    pub checkpoint_phase: Option<String>,
+    pub checkpoint_data: Option<Jsonb>,
+}
+
+impl KeyRow {
+    /// Past its expires_at a key counts as absent, purged yet or not.
+    pub fn is_expired(&self, now: Micros) -> bool {
+        now > self.expires_at
+    }
+
+    pub fn lease_is_live(&self, now: Micros) -> bool {
+        self.lease_expires_at.is_some_and(|lease| now <= lease)
+    }
+}
+
+/// The statements of the store. All names are schema-qualified and all operators are
+/// `OPERATOR(pg_catalog.x)`, so neither the caller's search_path nor look-alike objects matter.
+#[derive(Clone, Copy)]
+enum Stmt {
+    Lookup,
+    LookupForUpdate,
+    Insert,
+    Reclaim,
+    Finish,
+    Heartbeat,
+    Release,
+    Checkpoint,
+    AssertFence,
+    Forget,
+    PurgeRearm,
+    PurgeDelete,
+}
+
+const STATEMENT_COUNT: usize = 12;
+
+const KEY_COLUMNS: &str =
+    "k.state, k.request_hash, k.fence, k.attempt, k.response_code, k.response_body, \
+     k.lease_expires_at, k.expires_at, k.checkpoint_phase, k.checkpoint_data";
+
+const WHERE_KEY: &str = "k.tenant OPERATOR(pg_catalog.=) $1 AND k.key OPERATOR(pg_catalog.=) $2";
+
+const WHERE_FENCE: &str = "k.tenant OPERATOR(pg_catalog.=) $1 AND k.key OPERATOR(pg_catalog.=) $2 \
+     AND k.fence OPERATOR(pg_catalog.=) $3 AND k.state OPERATOR(pg_catalog.=) 'p'";
+
+/// A row is purgeable once both its expiry and any lease have passed ({t} is the table alias).
+fn purgeable(t: &str) -> String {
+    format!(
+        "{t}.expires_at OPERATOR(pg_catalog.<) $1 \
+         AND ({t}.lease_expires_at IS NULL OR {t}.lease_expires_at OPERATOR(pg_catalog.<) $1)"
+    )
+}
+
+impl Stmt {
+    fn sql(self) -> String {
+        match self {
+            Stmt::Lookup => format!("SELECT {KEY_COLUMNS} FROM idem.keys AS k WHERE {WHERE_KEY}"),
+            Stmt::LookupForUpdate => {
+                format!("SELECT {KEY_COLUMNS} FROM idem.keys AS k WHERE {WHERE_KEY} FOR NO KEY UPDATE OF k")
+            }
+            Stmt::Insert => "INSERT INTO idem.keys AS k \
+                   (tenant, key, request_hash, fence, attempt, state, claimed_at, lease_expires_at, expires_at, purge_after, ttl) \
+                 VALUES ($1, $2, $3, pg_catalog.nextval('idem.fence_seq'::pg_catalog.regclass), 1, 'p', $4, $5, $6, $7, $8) \
+                 ON CONFLICT (tenant, key) DO NOTHING \
+                 RETURNING k.fence"
+                .to_string(),
+            // purge_after only ever moves down here, and to the value it already has in the
+            // common case, which keeps the update HOT
+            Stmt::Reclaim => format!(
+                "UPDATE idem.keys AS k SET \
+                   fence = pg_catalog.nextval('idem.fence_seq'::pg_catalog.regclass), \
+                   attempt = $4, state = 'p', request_hash = $3, claimed_at = $5, lease_expires_at = $6, \
+                   expires_at = $7, purge_after = LEAST(k.purge_after, $8), ttl = $9, \
+                   response_code = NULL, response_body = NULL, \
+                   checkpoint_phase = CASE WHEN $10 THEN k.checkpoint_phase END, \
+                   checkpoint_data = CASE WHEN $10 THEN k.checkpoint_data END \
+                 WHERE {WHERE_KEY} \
+                 RETURNING k.fence, k.checkpoint_phase, k.checkpoint_data"
+            ),
+            Stmt::Finish => format!(
+                "UPDATE idem.keys AS k SET \
+                   state = $4, response_code = $5, response_body = $6, lease_expires_at = NULL, \
+                   expires_at = $7 OPERATOR(pg_catalog.+) k.ttl, checkpoint_phase = NULL, checkpoint_data = NULL \
+                 WHERE {WHERE_FENCE} \
+                 RETURNING k.expires_at"
+            ),
+            Stmt::Heartbeat => format!(
+                "UPDATE idem.keys AS k SET lease_expires_at = $4, expires_at = GREATEST(k.expires_at, $4) \
+                 WHERE {WHERE_FENCE} \
+                 RETURNING k.lease_expires_at"
+            ),
+            Stmt::Release => format!("DELETE FROM idem.keys AS k WHERE {WHERE_FENCE} RETURNING k.fence"),
+            Stmt::Checkpoint => format!(
+                "UPDATE idem.keys AS k SET checkpoint_phase = $4, checkpoint_data = $5 \
+                 WHERE {WHERE_FENCE} RETURNING k.fence"
+            ),
+            Stmt::AssertFence => {
+                format!("SELECT k.fence FROM idem.keys AS k WHERE {WHERE_FENCE} FOR NO KEY UPDATE OF k")
+            }
+            Stmt::Forget => format!("DELETE FROM idem.keys AS k WHERE {WHERE_KEY} RETURNING k.fence"),
+            // rows past purge_after that are not purgeable yet: move purge_after up to a bound
+            // of their real expiry so the delete below does not walk over them again
+            Stmt::PurgeRearm => format!(
+                "UPDATE idem.keys AS k \
+                    SET purge_after = LEAST(k.expires_at, $1 OPERATOR(pg_catalog.+) k.ttl) \
+                  WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY( \
+                          SELECT c.ctid FROM idem.keys AS c \
+                           WHERE c.purge_after OPERATOR(pg_catalog.<) $1 AND NOT ({c}) \
+                           ORDER BY c.purge_after LIMIT $2 \
+                             FOR NO KEY UPDATE SKIP LOCKED)) \
+                    AND NOT ({k})",
+                c = purgeable("c"),
+                k = purgeable("k"),
+            ),
+            Stmt::PurgeDelete => format!(
+                "DELETE FROM idem.keys AS k \
+                  WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY( \
+                          SELECT c.ctid FROM idem.keys AS c \
+                           WHERE c.purge_after OPERATOR(pg_catalog.<) $1 AND {c} \
+                           ORDER BY c.purge_after LIMIT $2 \
+                             FOR UPDATE SKIP LOCKED)) \
+                    AND {k}",
+                c = purgeable("c"),
+                k = purgeable("k"),
+            ),
+        }
+    }
+
+    fn arg_types(self) -> Vec<PgOid> {
+        use BuiltinOid::*;
+        let oids: &[BuiltinOid] = match self {
+            Stmt::Lookup | Stmt::LookupForUpdate | Stmt::Forget => &[TEXTOID, TEXTOID],
+            Stmt::Insert => &[
+                TEXTOID,
+                TEXTOID,
+                BYTEAOID,
+                TIMESTAMPTZOID,
+                TIMESTAMPTZOID,
+                TIMESTAMPTZOID,
+                TIMESTAMPTZOID,
+                INTERVALOID,
+            ],
+            Stmt::Reclaim => &[
+                TEXTOID,
+                TEXTOID,
+                BYTEAOID,
+                INT4OID,
+                TIMESTAMPTZOID,
+                TIMESTAMPTZOID,
+                TIMESTAMPTZOID,
+                TIMESTAMPTZOID,
+                INTERVALOID,
+                BOOLOID,
+            ],
+            Stmt::Finish => &[
+                TEXTOID,
+                TEXTOID,
+                INT8OID,
+                CHAROID,
+                INT4OID,
+                JSONBOID,
+                TIMESTAMPTZOID,
+            ],
+            Stmt::Heartbeat => &[TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID],
+            Stmt::Release | Stmt::AssertFence => &[TEXTOID, TEXTOID, INT8OID],
+            Stmt::Checkpoint => &[TEXTOID, TEXTOID, INT8OID, TEXTOID, JSONBOID],
+            Stmt::PurgeRearm | Stmt::PurgeDelete => &[TIMESTAMPTZOID, INT8OID],
+        };
+        oids.iter().map(|&o| PgOid::BuiltIn(o)).collect()
+    }
+}
+
+thread_local! {
+    static PLANS: [OnceCell<OwnedPreparedStatement>; STATEMENT_COUNT] = const { [const { OnceCell::new() }; STATEMENT_COUNT] };
+}
+
+/// Runs a statement of the store, preparing its plan on first use in this backend.
+fn run<'c>(client: &SpiClient<'c>, stmt: Stmt, args: &[DatumWithOid<'_>]) -> SpiTupleTable<'c> {
+    PLANS.with(|plans| {
+        let plan = plans[stmt as usize].get_or_init(|| {
+            client
+                .prepare_mut(stmt.sql().as_str(), &stmt.arg_types())
+                .unwrap_or_else(|e| errors::internal("preparing a statement", e).raise())
+                .keep()
+        });
+        // `select` leaves the transaction read-only until a statement writes; the plan itself
+        // is prepared as mutating, so each execution takes a fresh snapshot (READ COMMITTED)
+        client
+            .select(plan, None, args)
+            .unwrap_or_else(|e| errors::internal("executing a statement", e).raise())
+    })
+}
+
+/// The raw datum of a column of the current row, None for NULL.
+fn raw(table: &SpiTupleTable<'_>, ordinal: usize) -> Option<pg_sys::Datum> {
+    table
+        .get_datum_by_ordinal(ordinal)
+        .unwrap_or_else(|e| errors::internal("reading a column", e).raise())
+}
+
+fn get_i64(table: &SpiTupleTable<'_>, ordinal: usize) -> Option<i64> {
+    raw(table, ordinal).map(|d| d.value() as i64)
+}
+
+fn get_i32(table: &SpiTupleTable<'_>, ordinal: usize) -> Option<i32> {
+    raw(table, ordinal).map(|d| d.value() as i32)
+}
+
+fn get_i8(table: &SpiTupleTable<'_>, ordinal: usize) -> Option<i8> {
+    raw(table, ordinal).map(|d| d.value() as i8)
+}
+
+fn get_string(table: &SpiTupleTable<'_>, ordinal: usize) -> Option<String> {
+    raw(table, ordinal)
+        .and_then(|d| unsafe { <&str as FromDatum>::from_datum(d, false) })
+        .map(str::to_owned)
+}
+
+fn get_bytes(table: &SpiTupleTable<'_>, ordinal: usize) -> Option<Vec<u8>> {
+    raw(table, ordinal)
+        .and_then(|d| unsafe { <&[u8] as FromDatum>::from_datum(d, false) })
+        .map(<[u8]>::to_vec)
+}
+
+/// A jsonb column copied into `outer`, the memory context of the SQL function being called, so
+/// that it outlives SPI and is freed with the function's result rather than with the portal.
+fn get_jsonb(
+    table: &SpiTupleTable<'_>,
+    ordinal: usize,
+    outer: pg_sys::MemoryContext,
+) -> Option<Jsonb> {
+    raw(table, ordinal).and_then(|d| unsafe {
+        <Jsonb as FromDatum>::from_datum_in_memory_context(
+            PgMemoryContexts::For(outer),
+            d,
+            false,
+            pg_sys::JSONBOID,
+        )
+    })
+}
+
+fn timestamptz_arg<'a>(micros: Micros) -> DatumWithOid<'a> {
+    // TimestampTz is an int64 passed by value
+    unsafe { DatumWithOid::new(micros, pg_sys::TIMESTAMPTZOID) }
+}
+
+fn interval_arg<'a>(micros: Micros) -> DatumWithOid<'a> {
+    // a pure time interval: adding it never depends on the calendar or the session time zone
+    let interval = pgrx::datum::Interval::new(0, 0, micros)
+        .unwrap_or_else(|e| errors::internal("building an interval", format!("{e:?}")).raise());
+    interval.into()
+}
+
+fn jsonb_arg<'a>(value: Option<Jsonb>) -> DatumWithOid<'a> {
+    match value {
+        Some(v) => v.into(),
+        None => DatumWithOid::null::<Jsonb>(),
+    }
+}
+
+fn first_row(table: SpiTupleTable<'_>) -> Option<SpiTupleTable<'_>> {
+    if table.is_empty() {
+        None
+    } else {
+        Some(table.first())
+    }
+}
+
+fn read_key_row(table: &SpiTupleTable<'_>, outer: pg_sys::MemoryContext) -> KeyRow {
+    KeyRow {
+        state: State::from_code(get_i8(table, 1).unwrap_or(b'p' as i8)),
+        request_hash: get_bytes(table, 2).unwrap_or_default(),
+        fence: get_i64(table, 3).unwrap_or(0),
+        attempt: get_i32(table, 4).unwrap_or(0),
+        response_code: get_i32(table, 5),
+        response_body: get_jsonb(table, 6, outer),
+        lease_expires_at: get_i64(table, 7),
+        expires_at: get_i64(table, 8).unwrap_or(0),
+        checkpoint_phase: get_string(table, 9),
+        checkpoint_data: get_jsonb(table, 10, outer),
+    }
+}
+
+fn lookup(client: &Client<'_, '_>, tenant: &str, key: &str, for_update: bool) -> Option<KeyRow> {
+    let stmt = if for_update {
+        Stmt::LookupForUpdate
+    } else {
+        Stmt::Lookup
+    };
+    first_row(run(client.spi, stmt, &[tenant.into(), key.into()]))
+        .map(|t| read_key_row(&t, client.outer))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The key lock: a transaction-scoped advisory lock on (database, SHA-256 prefix of tenant/key).
+// It lives in its own advisory space (objsubid KEY_LOCK_SPACE) so it never collides with the
+// application's own pg_advisory_lock(bigint) (objsubid 1) or (int, int) (objsubid 2) locks.
+// ---------------------------------------------------------------------------------------------
+
+/// objsubid of pg_idem's key locks in pg_locks.
+pub const KEY_LOCK_SPACE: u16 = 0x1de;
+
+fn key_lock_tag(tenant: &str, key: &str) -> pg_sys::LOCKTAG {
+    let id = hashing::key_lock_id(tenant, key);
+    pg_sys::LOCKTAG {
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: (id >> 32) as u32,
+        locktag_field3: id as u32,
+        locktag_field4: KEY_LOCK_SPACE,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+    }
+}
+
+/// Takes the key lock if nobody else holds it; false when another transaction does.
+pub fn try_lock_key(tenant: &str, key: &str) -> bool {
+    let tag = key_lock_tag(tenant, key);
+    let result = unsafe { pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as i32, false, true) };
+    result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+}
+
+/// Takes the key lock, waiting for a transaction that is claiming or finishing the key.
+pub fn lock_key(tenant: &str, key: &str) {
+    let tag = key_lock_tag(tenant, key);
+    unsafe {
+        pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as i32, false, false);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Claims
+// ---------------------------------------------------------------------------------------------
+
+pub struct ClaimRequest<'a> {
+    pub tenant: &'a str,
+    pub key: &'a str,
+    pub request_hash: [u8; 32],
+    pub lease_us: i64,
+    pub ttl_us: i64,
+    pub reject_stale_uuidv7: bool,
+}
+
+pub enum ClaimOutcome {
+    /// The caller owns the key now.
+    Claimed {
+        fence: i64,
+        attempt: i32,
+        lease_expires_at: Micros,
+        expires_at: Micros,
+        takeover: bool,
+        checkpoint_phase: Option<String>,
+        checkpoint_data: Option<Jsonb>,
+    },
+    /// An earlier attempt stored a completion or a final error.
+    Replay(KeyRow),
+    /// Another attempt holds the key; the row when it is visible to the caller.
+    InProgress(Option<KeyRow>),
+    /// The key exists under another request hash.
+    Mismatch,
+    /// An absent UUIDv7 key older than its ttl (pg_idem.reject_stale_uuidv7).
+    StaleKey,
+}
+
+/// What a claim has to do about the row it found.
+enum Plan {
+    Answer(ClaimOutcome),
+    /// No live row: claim the key afresh (attempt 1), in place of an expired row if there is one.
+    Fresh,
+    /// A committed attempt's lease has passed: take over with the next attempt number.
+    TakeOver {
+        attempt: i32,
+    },
+}
+
+fn plan(row: Option<KeyRow>, request: &ClaimRequest<'_>, now: Micros) -> Plan {
+    let row = match row {
+        Some(row) if !row.is_expired(now) => row,
+        _ => return Plan::Fresh,
+    };
+    if row.request_hash.as_slice() != request.request_hash.as_slice() {
+        return Plan::Answer(ClaimOutcome::Mismatch);
+    }
+    match row.state {
+        State::Completed | State::Failed => Plan::Answer(ClaimOutcome::Replay(row)),
+        State::InProgress if row.lease_is_live(now) => {
+            Plan::Answer(ClaimOutcome::InProgress(Some(row)))
+        }
+        State::InProgress => Plan::TakeOver {
+            attempt: row.attempt.saturating_add(1),
+        },
+    }
+}
+
+fn is_stale_uuidv7(request: &ClaimRequest<'_>, now: Micros) -> bool {
+    if !request.reject_stale_uuidv7 {
+        return false;
+    }
+    match hashing::uuid_v7_unix_ms(request.key) {
+        Some(unix_ms) => {
+            // TimestampTz counts from 2000-01-01; Unix time from 1970-01-01
+            const UNIX_TO_PG_EPOCH_MS: i64 = 946_684_800_000;
+            let key_time = (unix_ms as i64 - UNIX_TO_PG_EPOCH_MS).saturating_mul(1000);
+            key_time < now.saturating_sub(request.ttl_us)
+        }
+        None => false,
+    }
+}
+
+/// How many times a claim re-reads the key when a concurrent commit changed it under its feet.
+/// At READ COMMITTED one re-read always settles it; the bound only guards against livelock.
+const CLAIM_ROUNDS: usize = 4;
+
+/// Claims `request.key`. Never waits on another transaction that holds the key (see module doc).
+pub fn claim(client: &Client<'_, '_>, request: &ClaimRequest<'_>, now: Micros) -> ClaimOutcome {
+    for _ in 0..CLAIM_ROUNDS {
+        let row = lookup(client, request.tenant, request.key, false);
+        let had_row = row.is_some();
+        let mut next = plan(row, request, now);
+        if let Plan::Answer(outcome) = next {
+            return outcome;
+        }
+        if matches!(next, Plan::Fresh) && is_stale_uuidv7(request, now) {
+            return ClaimOutcome::StaleKey;
+        }
+        if !try_lock_key(request.tenant, request.key) {
+            return ClaimOutcome::InProgress(None);
+        }
+        let mut exists = had_row;
+        if had_row {
+            // With the key lock held, nobody but a purge batch can hold this row's lock, and a
+            // purge batch is short; re-read the latest committed version under the row lock.
+            let current = lookup(client, request.tenant, request.key, true);
+            exists = current.is_some();
+            next = plan(current, request, now);
+            if let Plan::Answer(outcome) = next {
+                return outcome;
+            }
+        }
+        let attempt = match next {
+            Plan::TakeOver { attempt } => attempt,
+            _ => 1,
+        };
+        let lease_expires_at = now.saturating_add(request.lease_us);
+        let purge_after = now.saturating_add(request.ttl_us);
+        let expires_at = purge_after.max(lease_expires_at);
+        if exists {
+            let table = run(
+                client.spi,
+                Stmt::Reclaim,
+                &[
+                    request.tenant.into(),
+                    request.key.into(),
+                    request.request_hash.to_vec().into(),
+                    attempt.into(),
+                    timestamptz_arg(now),
+                    timestamptz_arg(lease_expires_at),
+                    timestamptz_arg(expires_at),
+                    timestamptz_arg(purge_after),
+                    interval_arg(request.ttl_us),
+                    (attempt > 1).into(),
+                ],
+            );
+            if let Some(t) = first_row(table) {
+                return ClaimOutcome::Claimed {
+                    fence: get_i64(&t, 1).unwrap_or(0),
+                    attempt,
+                    lease_expires_at,
+                    expires_at,
+                    takeover: attempt > 1,
+                    checkpoint_phase: get_string(&t, 2),
+                    checkpoint_data: get_jsonb(&t, 3, client.outer),
+                };
+            }
+            // purged between the two reads: claim it afresh below on the next round
+            continue;
+        }
+        let table = run(
+            client.spi,
+            Stmt::Insert,
+            &[
+                request.tenant.into(),
+                request.key.into(),
+                request.request_hash.to_vec().into(),
+                timestamptz_arg(now),
+                timestamptz_arg(lease_expires_at),
+                timestamptz_arg(expires_at),
+                timestamptz_arg(purge_after),
+                interval_arg(request.ttl_us),
+            ],
+        );
+        if let Some(t) = first_row(table) {
+            return ClaimOutcome::Claimed {
+                fence: get_i64(&t, 1).unwrap_or(0),
+                attempt: 1,
+                lease_expires_at,
+                expires_at,
+                takeover: false,
+                checkpoint_phase: None,
+                checkpoint_data: None,
+            };
+        }
+        // A claim committed between our read and our insert (READ COMMITTED; at REPEATABLE READ
+        // the insert raised a serialization failure instead). Read the key again.
+    }
+    ClaimOutcome::InProgress(None)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operations under a fence
+// ---------------------------------------------------------------------------------------------
+
+/// The key a fenced operation addresses.
+pub struct Fenced<'a> {
+    pub function: &'static str,
+    pub tenant: &'a str,
+    pub key: &'a str,
+    pub fence: i64,
+}
+
+impl Fenced<'_> {
+    /// The error to raise after a fenced statement matched no row.
+    fn refusal(&self, client: &Client<'_, '_>) -> errors::IdemError {
+        match lookup(client, self.tenant, self.key, false) {
+            None => errors::key_not_found(self.function, self.tenant, self.key, self.fence),
+            Some(row) => {
+                let why = match row.state {
+                    State::Completed => LeaseLost::Completed,
+                    State::Failed => LeaseLost::Failed,
+                    State::InProgress if row.fence > self.fence => LeaseLost::TakenOver,
+                    State::InProgress => LeaseLost::WrongFence,
+                };
+                crate::stats::record(crate::stats::Event::StaleFence);
+                errors::lease_lost(self.function, self.tenant, self.key, self.fence, why)
+            }
+        }
+    }
+
+    /// Runs a fenced statement under the key lock; raises 55000 or P0002 when it matched nothing.
+    fn run<'c, 'a>(
+        &'a self,
+        client: &Client<'_, 'c>,
+        stmt: Stmt,
+        extra: impl IntoIterator<Item = DatumWithOid<'a>>,
+    ) -> SpiTupleTable<'c> {
+        lock_key(self.tenant, self.key);
+        let mut args: Vec<DatumWithOid<'a>> =
+            vec![self.tenant.into(), self.key.into(), self.fence.into()];
+        args.extend(extra);
+        let table = run(client.spi, stmt, &args);
+        if table.is_empty() {
+            self.refusal(client).raise();
+        }
+        table.first()
+    }
+}
+
+/// Stores the final outcome (completed or failed) of the attempt holding the fence; returns the
+/// new expires_at.
+pub fn finish(
+    client: &Client<'_, '_>,
+    target: &Fenced<'_>,
+    state: State,
+    response_code: Option<i32>,
+    response_body: Option<Jsonb>,
+    now: Micros,
+) -> Micros {
+    let code = match response_code {
+        Some(c) => c.into(),
+        None => DatumWithOid::null::<i32>(),
+    };
+    let table = target.run(
+        client,
+        Stmt::Finish,
+        [
+            state.code().into(),
+            code,
+            jsonb_arg(response_body),
+            timestamptz_arg(now),
+        ],
+    );
+    get_i64(&table, 1).unwrap_or(0)
+}
+
+/// Extends the lease of the attempt holding the fence; returns the new lease_expires_at.
+pub fn heartbeat(client: &Client<'_, '_>, target: &Fenced<'_>, lease_expires_at: Micros) -> Micros {
+    let table = target.run(client, Stmt::Heartbeat, [timestamptz_arg(lease_expires_at)]);
+    get_i64(&table, 1).unwrap_or(lease_expires_at)
+}
+
+/// Removes the claim of the attempt holding the fence.
+pub fn release(client: &Client<'_, '_>, target: &Fenced<'_>) {
+    target.run(client, Stmt::Release, []);
+}
+
+/// Records the progress of the attempt holding the fence.
+pub fn checkpoint(client: &Client<'_, '_>, target: &Fenced<'_>, phase: &str, data: Option<Jsonb>) {
+    target.run(client, Stmt::Checkpoint, [phase.into(), jsonb_arg(data)]);
+}
+
+/// Locks the key's row until the end of the transaction if the fence still holds it.
+pub fn assert_fence(client: &Client<'_, '_>, target: &Fenced<'_>) {
+    target.run(client, Stmt::AssertFence, []);
+}
+
+/// Drops a key in any state; true if there was one.
+pub fn forget(client: &Client<'_, '_>, tenant: &str, key: &str) -> bool {
+    lock_key(tenant, key);
+    !run(client.spi, Stmt::Forget, &[tenant.into(), key.into()]).is_empty()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Purge: one code path for idem_purge() and the purge worker
+// ---------------------------------------------------------------------------------------------
+
+/// One purge batch in the caller's transaction: re-arms up to `limit` rows that passed their
+/// purge_after without being purgeable, then deletes up to `limit` purgeable rows, skipping any
+/// row another transaction has locked. `limit` None means no limit. Returns the rows deleted.
+pub fn purge_batch(client: &Client<'_, '_>, now: Micros, limit: Option<i64>) -> i64 {
+    let limit_arg = || match limit {
+        Some(n) => n.into(),
+        None => DatumWithOid::null::<i64>(),
+    };
+    run(
+        client.spi,
+        Stmt::PurgeRearm,
+        &[timestamptz_arg(now), limit_arg()],
+    );
+    let deleted = run(
+        client.spi,
+        Stmt::PurgeDelete,
+        &[timestamptz_arg(now), limit_arg()],
+    )
+    .len() as i64;
+    crate::stats::record_purged(deleted);
+    deleted
+}
+
+/// An SPI connection, and the memory context of the SQL function that opened it.
+pub struct Client<'a, 'c> {
+    spi: &'a SpiClient<'c>,
+    outer: pg_sys::MemoryContext,
+}
+
+/// Runs `f` with an SPI connection. Values `f` returns that point into PostgreSQL memory (jsonb)
+/// live in the caller's memory context.
+pub fn with_client<R>(f: impl FnOnce(&Client<'_, '_>) -> R) -> R {
+    let outer = unsafe { pg_sys::CurrentMemoryContext };
+    Spi::connect(|spi| f(&Client { spi, outer }))
+}

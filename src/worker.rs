@@ -1,0 +1,451 @@
+//! The purge worker: expired keys go away by themselves, with no pg_cron and no application timer.
+//!
+//! With `shared_preload_libraries = 'pg_idem'` the postmaster starts one *launcher*, connected to
+//! no database (it can read the shared catalog pg_database). For each database listed in
+//! `pg_idem.database` it starts a *purge worker* once that database exists, and starts it again
+//! a few seconds after it exits for any reason (pg_terminate_backend, an error, a dropped
+//! database). A missing database is logged once, not in a crash loop.
+//!
+//! A purge worker connects to its database and, every `pg_idem.purge_interval`, runs a pass:
+//! batches of at most `pg_idem.purge_batch_size` keys, each its own short transaction, through
+//! the same code as `idem_purge()`, checking for SIGTERM between batches. Where pg_idem is not
+//! installed (yet) it says so once in the log and looks again every interval.
+
+use std::ffi::CString;
+use std::time::{Duration, Instant};
+
+use pgrx::bgworkers::{
+    BackgroundWorker, BackgroundWorkerBuilder, DynamicBackgroundWorker, SignalWakeFlags,
+};
+use pgrx::prelude::*;
+use pgrx::{pg_shmem_init, PGRXSharedMemory, PgLwLock};
+
+use crate::{guc, store};
+
+/// Most databases one server purges (entries of pg_idem.database past this are ignored, with a warning).
+pub const MAX_DATABASES: usize = 16;
+
+/// How soon the launcher starts a purge worker again after it exited.
+const RESTART_DELAY: Duration = Duration::from_secs(2);
+
+/// How often the launcher looks at its workers when nothing wakes it.
+const LAUNCHER_TICK: Duration = Duration::from_secs(1);
+
+const NAME_BYTES: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum WorkerState {
+    NotStarted = 0,
+    WaitingForDatabase = 1,
+    WaitingForExtension = 2,
+    Idle = 3,
+    Purging = 4,
+    Paused = 5,
+}
+
+impl WorkerState {
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkerState::NotStarted => "not started",
+            WorkerState::WaitingForDatabase => "waiting for database",
+            WorkerState::WaitingForExtension => "waiting for extension",
+            WorkerState::Idle => "idle",
+            WorkerState::Purging => "purging",
+            WorkerState::Paused => "paused",
+        }
+    }
+
+    fn from_u8(v: u8) -> WorkerState {
+        match v {
+            1 => WorkerState::WaitingForDatabase,
+            2 => WorkerState::WaitingForExtension,
+            3 => WorkerState::Idle,
+            4 => WorkerState::Purging,
+            5 => WorkerState::Paused,
+            _ => WorkerState::NotStarted,
+        }
+    }
+}
+
+/// What one database's purge worker shares with the launcher and with SQL.
+#[derive(Clone, Copy)]
+pub struct PurgeSlot {
+    name: [u8; NAME_BYTES],
+    name_len: u8,
+    state: u8,
+    pub pid: i32,
+    pub started_at: i64,
+    pub starts: i64,
+    pub last_pass_at: i64,
+    pub last_pass_keys: i64,
+    pub last_pass_batches: i64,
+    pub last_pass_ms: i64,
+    pub total_keys: i64,
+    pub total_passes: i64,
+    pub total_batches: i64,
+}
+
+impl Default for PurgeSlot {
+    fn default() -> Self {
+        PurgeSlot {
+            name: [0; NAME_BYTES],
+            name_len: 0,
+            state: WorkerState::NotStarted as u8,
+            pid: 0,
+            started_at: 0,
+            starts: 0,
+            last_pass_at: 0,
+            last_pass_keys: 0,
+            last_pass_batches: 0,
+            last_pass_ms: 0,
+            total_keys: 0,
+            total_passes: 0,
+            total_batches: 0,
+        }
+    }
+}
+
+impl PurgeSlot {
+    pub fn database(&self) -> &str {
+        std::str::from_utf8(&self.name[..self.name_len as usize]).unwrap_or("")
+    }
+
+    pub fn state(&self) -> WorkerState {
+        WorkerState::from_u8(self.state)
+    }
+
+    fn set_name(&mut self, name: &str) {
+        let bytes = name.as_bytes();
+        let len = bytes.len().min(NAME_BYTES);
+        self.name = [0; NAME_BYTES];
+        self.name[..len].copy_from_slice(&bytes[..len]);
+        self.name_len = len as u8;
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+pub struct PurgeSlots {
+    slots: [PurgeSlot; MAX_DATABASES],
+}
+
+unsafe impl PGRXSharedMemory for PurgeSlots {}
+
+static SLOTS: PgLwLock<PurgeSlots> = unsafe { PgLwLock::new(c"pg_idem purge workers") };
+
+/// Requests the shared memory and registers the launcher. Only from `_PG_init` while preloading.
+pub fn register() {
+    pg_shmem_init!(SLOTS);
+    if guc::databases().is_empty() {
+        return;
+    }
+    BackgroundWorkerBuilder::new("pg_idem launcher")
+        .set_type("pg_idem launcher")
+        .set_library("pg_idem")
+        .set_function("pg_idem_launcher_main")
+        .enable_spi_access()
+        .set_restart_time(Some(Duration::from_secs(5)))
+        .load();
+}
+
+/// The listed databases this server purges, at most MAX_DATABASES.
+fn purged_databases() -> Vec<String> {
+    let mut names = guc::databases();
+    names.truncate(MAX_DATABASES);
+    names
+}
+
+/// A copy of every slot in use, for SQL.
+pub fn slots() -> Option<Vec<PurgeSlot>> {
+    if !crate::stats::available() {
+        return None;
+    }
+    let count = purged_databases().len();
+    let guard = SLOTS.share();
+    Some(guard.slots[..count].to_vec())
+}
+
+fn update_slot(index: usize, f: impl FnOnce(&mut PurgeSlot)) {
+    let mut guard = SLOTS.exclusive();
+    f(&mut guard.slots[index]);
+}
+
+fn read_slot(index: usize) -> PurgeSlot {
+    SLOTS.share().slots[index]
+}
+
+fn reload_config_if_asked() {
+    if BackgroundWorker::sighup_received() {
+        unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+    }
+}
+
+fn report_activity(state: pg_sys::BackendState::Type, what: &str) {
+    let text = CString::new(what).unwrap_or_default();
+    unsafe { pg_sys::pgstat_report_activity(state, text.as_ptr()) };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The launcher
+// ---------------------------------------------------------------------------------------------
+
+struct Launched {
+    handle: Option<DynamicBackgroundWorker>,
+    last_start: Option<Instant>,
+    reported_missing: bool,
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn pg_idem_launcher_main(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    // no database: the launcher only reads the shared catalog pg_database
+    BackgroundWorker::connect_worker_to_spi(None, None);
+
+    let mut databases = guc::databases();
+    if databases.len() > MAX_DATABASES {
+        log!(
+            "pg_idem launcher: pg_idem.database lists {} databases; only the first {MAX_DATABASES} are purged",
+            databases.len()
+        );
+        databases.truncate(MAX_DATABASES);
+    }
+    for (i, name) in databases.iter().enumerate() {
+        update_slot(i, |slot| slot.set_name(name));
+    }
+    let mut launched: Vec<Launched> = databases
+        .iter()
+        .map(|_| Launched {
+            handle: None,
+            last_start: None,
+            reported_missing: false,
+        })
+        .collect();
+
+    loop {
+        reload_config_if_asked();
+        for (i, name) in databases.iter().enumerate() {
+            tend(i, name, &mut launched[i]);
+        }
+        if !BackgroundWorker::wait_latch(Some(LAUNCHER_TICK)) {
+            break;
+        }
+    }
+    // exit non-zero so that the postmaster starts the launcher again after pg_terminate_backend
+    unsafe { pg_sys::proc_exit(1) };
+}
+
+/// Starts the purge worker of database `index` if it is not running and may be started.
+fn tend(index: usize, name: &str, launched: &mut Launched) {
+    let registered = launched.handle.as_ref().is_some_and(|h| {
+        !matches!(
+            h.pid(),
+            Err(pgrx::bgworkers::BackgroundWorkerStatus::Stopped)
+        )
+    });
+    // a worker started by an earlier launcher (before this one was restarted) shows in the slot
+    let running = registered || read_slot(index).pid != 0;
+    if running {
+        return;
+    }
+    launched.handle = None;
+    if launched
+        .last_start
+        .is_some_and(|t| t.elapsed() < RESTART_DELAY)
+    {
+        return;
+    }
+    if !database_exists(name) {
+        update_slot(index, |slot| {
+            slot.state = WorkerState::WaitingForDatabase as u8
+        });
+        if !launched.reported_missing {
+            log!("pg_idem launcher: database \"{name}\" does not exist; its purge worker starts once it is created");
+            launched.reported_missing = true;
+        }
+        return;
+    }
+    launched.reported_missing = false;
+    launched.last_start = Some(Instant::now());
+    let started = BackgroundWorkerBuilder::new(&format!("pg_idem purge {name}"))
+        .set_type("pg_idem purge")
+        .set_library("pg_idem")
+        .set_function("pg_idem_purge_main")
+        .set_argument((index as i32).into_datum())
+        .enable_spi_access()
+        .set_notify_pid(unsafe { pg_sys::MyProcPid })
+        .load_dynamic();
+    match started {
+        Ok(handle) => launched.handle = Some(handle),
+        Err(_) => log!(
+            "pg_idem launcher: could not start the purge worker for database \"{name}\"; raise max_worker_processes"
+        ),
+    }
+}
+
+/// Whether `name` is in pg_database. A backend connected to no database has no catalog indexes
+/// at hand, so this scans the (small) shared catalog as the autovacuum launcher does.
+fn database_exists(name: &str) -> bool {
+    BackgroundWorker::transaction(|| unsafe {
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let relation = pg_sys::table_open(pg_sys::DatabaseRelationId, lock);
+        let scan = pg_sys::table_beginscan_catalog(relation, 0, std::ptr::null_mut());
+        let mut found = false;
+        loop {
+            let tuple = pg_sys::heap_getnext(scan, pg_sys::ScanDirection::ForwardScanDirection);
+            if tuple.is_null() {
+                break;
+            }
+            let header = (*tuple).t_data;
+            let form = (header as *const u8).add((*header).t_hoff as usize)
+                as *const pg_sys::FormData_pg_database;
+            if std::ffi::CStr::from_ptr((*form).datname.data.as_ptr()).to_bytes() == name.as_bytes()
+            {
+                found = true;
+                break;
+            }
+        }
+        pg_sys::table_endscan(scan);
+        pg_sys::table_close(relation, lock);
+        found
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The purge worker
+// ---------------------------------------------------------------------------------------------
+
+#[pg_guard]
+unsafe extern "C-unwind" fn clear_slot_pid(_code: i32, arg: pg_sys::Datum) {
+    let index = arg.value();
+    let me = unsafe { pg_sys::MyProcPid };
+    update_slot(index, |slot| {
+        if slot.pid == me {
+            slot.pid = 0;
+        }
+    });
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn pg_idem_purge_main(arg: pg_sys::Datum) {
+    let index = arg.value();
+    let databases = purged_databases();
+    let Some(database) = databases.get(index).cloned() else {
+        return;
+    };
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+
+    // one purge worker per database, even if a restarted launcher started a second one
+    let me = unsafe { pg_sys::MyProcPid };
+    let mut duplicate = false;
+    update_slot(index, |slot| {
+        if slot.pid != 0 && slot.pid != me {
+            duplicate = true;
+        } else {
+            slot.pid = me;
+            slot.started_at = store::clock();
+            slot.starts += 1;
+        }
+    });
+    if duplicate {
+        return;
+    }
+    unsafe { pg_sys::before_shmem_exit(Some(clear_slot_pid), pg_sys::Datum::from(index)) };
+
+    BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+
+    let mut reported_missing_extension = false;
+    loop {
+        reload_config_if_asked();
+        let interval = guc::purge_interval_ms();
+        if interval == 0 {
+            update_slot(index, |slot| slot.state = WorkerState::Paused as u8);
+            report_activity(
+                pg_sys::BackendState::STATE_IDLE,
+                "paused (pg_idem.purge_interval = 0)",
+            );
+            if !BackgroundWorker::wait_latch(None) {
+                break;
+            }
+            continue;
+        }
+        if extension_installed() {
+            reported_missing_extension = false;
+            if !purge_pass(index, &database) {
+                break;
+            }
+        } else {
+            update_slot(index, |slot| {
+                slot.state = WorkerState::WaitingForExtension as u8
+            });
+            report_activity(
+                pg_sys::BackendState::STATE_IDLE,
+                "waiting for CREATE EXTENSION pg_idem",
+            );
+            if !reported_missing_extension {
+                log!(
+                    "pg_idem purge worker: extension \"pg_idem\" is not installed in database \"{database}\"; \
+                     purging starts after CREATE EXTENSION pg_idem"
+                );
+                reported_missing_extension = true;
+            }
+        }
+        if !BackgroundWorker::wait_latch(Some(Duration::from_millis(interval))) {
+            break;
+        }
+    }
+    // exit non-zero on SIGTERM, as pg_cron does; the launcher starts a new worker unless the
+    // server is shutting down
+    unsafe { pg_sys::proc_exit(1) };
+}
+
+fn extension_installed() -> bool {
+    BackgroundWorker::transaction(
+        || unsafe { pg_sys::get_extension_oid(c"pg_idem".as_ptr(), true) } != pg_sys::InvalidOid,
+    )
+}
+
+/// One purge pass in batches; false when SIGTERM arrived and the worker must exit.
+fn purge_pass(index: usize, database: &str) -> bool {
+    update_slot(index, |slot| slot.state = WorkerState::Purging as u8);
+    report_activity(pg_sys::BackendState::STATE_RUNNING, "purging expired keys");
+    let started = Instant::now();
+    let batch = guc::purge_batch_size();
+    let mut keys: i64 = 0;
+    let mut batches: i64 = 0;
+    let mut keep_running = true;
+    loop {
+        let deleted = BackgroundWorker::transaction(|| {
+            store::with_client(|client| store::purge_batch(client, store::clock(), Some(batch)))
+        });
+        keys += deleted;
+        batches += 1;
+        if deleted < batch {
+            break;
+        }
+        // between batches: stop promptly on SIGTERM, pick up a new batch size on SIGHUP
+        if !BackgroundWorker::wait_latch(Some(Duration::ZERO)) {
+            keep_running = false;
+            break;
+        }
+        reload_config_if_asked();
+    }
+    let elapsed_ms = started.elapsed().as_millis() as i64;
+    let now = store::clock();
+    update_slot(index, |slot| {
+        slot.state = WorkerState::Idle as u8;
+        slot.last_pass_at = now;
+        slot.last_pass_keys = keys;
+        slot.last_pass_batches = batches;
+        slot.last_pass_ms = elapsed_ms;
+        slot.total_keys += keys;
+        slot.total_passes += 1;
+        slot.total_batches += batches;
+    });
+    if keys > 0 {
+        debug1!("pg_idem purge worker: deleted {keys} expired keys from database \"{database}\" in {batches} batches, {elapsed_ms} ms");
+    }
+    report_activity(pg_sys::BackendState::STATE_IDLE, "");
+    keep_running
+}
