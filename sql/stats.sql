@@ -23,3 +23,174 @@ COMMENT ON FUNCTION idem_purge_status() IS
 
 REVOKE ALL ON FUNCTION idem_purge_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idem_purge_status() TO pg_monitor;
+
+CREATE FUNCTION idem_counters(
+    OUT claims bigint,
+    OUT replays_completed bigint,
+    OUT replays_failed bigint,
+    OUT in_progress bigint,
+    OUT mismatches bigint,
+    OUT takeovers bigint,
+    OUT stale_fences bigint,
+    OUT stale_keys bigint,
+    OUT keys_purged bigint,
+    OUT since timestamptz
+) RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL SAFE ROWS 1
+AS 'MODULE_PATHNAME', 'idem_counters_wrapper';
+
+COMMENT ON FUNCTION idem_counters() IS
+'Cumulative counters of this server since it started or since idem_stats_reset(); NULL without shared_preload_libraries';
+
+CREATE FUNCTION idem_tenant_counters(
+    OUT tenant text,
+    OUT claims bigint,
+    OUT replays_completed bigint,
+    OUT replays_failed bigint,
+    OUT in_progress bigint,
+    OUT mismatches bigint,
+    OUT takeovers bigint,
+    OUT stale_fences bigint,
+    OUT stale_keys bigint
+) RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'idem_tenant_counters_wrapper';
+
+COMMENT ON FUNCTION idem_tenant_counters() IS
+'The cumulative counters per tenant (the first 1024 tenants seen; later ones are summed in a row with a NULL tenant)';
+
+CREATE FUNCTION idem_stats_reset() RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'idem_stats_reset_wrapper';
+
+COMMENT ON FUNCTION idem_stats_reset() IS
+'Zero the cumulative counters (false when pg_idem is not preloaded and there are none)';
+
+-- Key statistics are computed from idem.keys: one scan of the table per call.
+CREATE FUNCTION idem_stats(
+    OUT keys_in_progress bigint,
+    OUT keys_completed bigint,
+    OUT keys_failed bigint,
+    OUT keys_stalled bigint,
+    OUT keys_expired bigint,
+    OUT oldest_in_progress_at timestamptz,
+    OUT claims bigint,
+    OUT replays_completed bigint,
+    OUT replays_failed bigint,
+    OUT in_progress bigint,
+    OUT mismatches bigint,
+    OUT takeovers bigint,
+    OUT stale_fences bigint,
+    OUT stale_keys bigint,
+    OUT keys_purged bigint,
+    OUT counters_since timestamptz,
+    OUT purge_last_pass_at timestamptz,
+    OUT purge_last_pass_keys bigint,
+    OUT purge_total_keys bigint
+) RETURNS record
+LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH now AS (SELECT pg_catalog.clock_timestamp() AS t),
+    keys AS (
+        SELECT
+            count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) n.t) AS in_progress,
+            count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'c' AND k.expires_at OPERATOR(pg_catalog.>=) n.t) AS completed,
+            count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'f' AND k.expires_at OPERATOR(pg_catalog.>=) n.t) AS failed,
+            count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) n.t
+                               AND k.lease_expires_at OPERATOR(pg_catalog.<) n.t) AS stalled,
+            count(*) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.<) n.t) AS expired,
+            min(k.claimed_at) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) n.t) AS oldest
+        FROM idem.keys AS k, now AS n
+    ),
+    purge AS (
+        SELECT p.last_pass_at, p.last_pass_keys, p.total_keys
+        FROM @extschema@.idem_purge_status() AS p
+        WHERE p.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+    )
+    SELECT keys.in_progress, keys.completed, keys.failed, keys.stalled, keys.expired, keys.oldest,
+           c.claims, c.replays_completed, c.replays_failed, c.in_progress, c.mismatches, c.takeovers,
+           c.stale_fences, c.stale_keys, c.keys_purged, c.since,
+           purge.last_pass_at, purge.last_pass_keys, purge.total_keys
+    FROM keys
+    CROSS JOIN @extschema@.idem_counters() AS c
+    LEFT JOIN purge ON true
+$$;
+
+COMMENT ON FUNCTION idem_stats() IS
+'Keys by state (stalled: in progress past the lease; expired: awaiting purge), the oldest attempt in progress, the cumulative counters and the purge worker''s last pass';
+
+CREATE FUNCTION idem_tenant_stats(
+    OUT tenant text,
+    OUT keys_in_progress bigint,
+    OUT keys_completed bigint,
+    OUT keys_failed bigint,
+    OUT keys_stalled bigint,
+    OUT keys_expired bigint,
+    OUT oldest_in_progress_at timestamptz,
+    OUT claims bigint,
+    OUT replays bigint,
+    OUT in_progress bigint,
+    OUT mismatches bigint,
+    OUT takeovers bigint,
+    OUT stale_fences bigint
+) RETURNS SETOF record
+LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH now AS (SELECT pg_catalog.clock_timestamp() AS t),
+    keys AS (
+        SELECT k.tenant,
+            count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) n.t) AS in_progress,
+            count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'c' AND k.expires_at OPERATOR(pg_catalog.>=) n.t) AS completed,
+            count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'f' AND k.expires_at OPERATOR(pg_catalog.>=) n.t) AS failed,
+            count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) n.t
+                               AND k.lease_expires_at OPERATOR(pg_catalog.<) n.t) AS stalled,
+            count(*) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.<) n.t) AS expired,
+            min(k.claimed_at) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) n.t) AS oldest
+        FROM idem.keys AS k, now AS n
+        GROUP BY k.tenant
+    )
+    SELECT COALESCE(keys.tenant, c.tenant),
+           COALESCE(keys.in_progress, 0), COALESCE(keys.completed, 0), COALESCE(keys.failed, 0),
+           COALESCE(keys.stalled, 0), COALESCE(keys.expired, 0), keys.oldest,
+           c.claims, c.replays_completed OPERATOR(pg_catalog.+) c.replays_failed, c.in_progress,
+           c.mismatches, c.takeovers, c.stale_fences
+    FROM keys
+    FULL JOIN @extschema@.idem_tenant_counters() AS c ON c.tenant OPERATOR(pg_catalog.=) keys.tenant
+    ORDER BY 1
+$$;
+
+COMMENT ON FUNCTION idem_tenant_stats() IS
+'Per tenant: keys by state from idem.keys and the cumulative counters from shared memory';
+
+CREATE FUNCTION idem_stalled(older_than interval DEFAULT '0')
+RETURNS TABLE (
+    tenant text,
+    key text,
+    fence bigint,
+    attempt integer,
+    claimed_at timestamptz,
+    lease_expires_at timestamptz,
+    stalled_for interval,
+    checkpoint_phase text
+)
+LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT k.tenant, k.key, k.fence, k.attempt, k.claimed_at, k.lease_expires_at,
+           pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) k.lease_expires_at, k.checkpoint_phase
+    FROM idem.keys AS k
+    WHERE k.state OPERATOR(pg_catalog.=) 'p'
+      AND k.lease_expires_at OPERATOR(pg_catalog.<) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) older_than)
+      AND k.expires_at OPERATOR(pg_catalog.>=) pg_catalog.clock_timestamp()
+    ORDER BY k.lease_expires_at
+$$;
+
+COMMENT ON FUNCTION idem_stalled(interval) IS
+'Keys in progress whose lease passed more than older_than ago (and that have not expired), oldest first, with their fence so a sweeper can finish or release them';
+
+REVOKE ALL ON FUNCTION idem_counters(), idem_tenant_counters(), idem_stats_reset(),
+    idem_stats(), idem_tenant_stats(), idem_stalled(interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idem_counters(), idem_tenant_counters(), idem_stats(), idem_tenant_stats()
+    TO pg_monitor;

@@ -16,77 +16,21 @@ pub fn timestamptz(micros: Micros) -> TimestampWithTimeZone {
         .unwrap_or_else(|e| errors::internal("converting a timestamp", format!("{e:?}")).raise())
 }
 
-/// The claim columns of idem_claim and idem_claim_many, in their declared order.
-pub fn claim_columns(outcome: &ClaimOutcome) -> Vec<datum::Column> {
-    use datum::{int4, int8, text, timestamptz as ts};
-    let none = || None;
-    match outcome {
-        ClaimOutcome::Claimed {
-            fence,
-            attempt,
-            lease_expires_at,
-            expires_at,
-            checkpoint_phase,
-            checkpoint_data,
-            ..
-        } => vec![
-            text("claimed"),
-            int8(*fence),
-            int4(*attempt),
-            none(),
-            none(),
-            ts(*lease_expires_at),
-            ts(*expires_at),
-            checkpoint_phase.as_deref().and_then(text),
-            checkpoint_data.map(Jsonb::datum),
-        ],
-        ClaimOutcome::Replay(row) => vec![
-            text(if row.state == State::Failed {
-                "failed"
-            } else {
-                "completed"
-            }),
-            none(),
-            int4(row.attempt),
-            row.response_code.and_then(int4),
-            row.response_body.map(Jsonb::datum),
-            none(),
-            ts(row.expires_at),
-            none(),
-            none(),
-        ],
-        ClaimOutcome::InProgress(row) => vec![
-            text("in_progress"),
-            none(),
-            row.as_ref().and_then(|r| int4(r.attempt)),
-            none(),
-            none(),
-            row.as_ref().and_then(|r| r.lease_expires_at).and_then(ts),
-            row.as_ref().and_then(|r| ts(r.expires_at)),
-            none(),
-            none(),
-        ],
-        ClaimOutcome::Mismatch => [vec![text("mismatch")], vec![None; 8]].concat(),
-        ClaimOutcome::StaleKey => [vec![text("stale_key")], vec![None; 8]].concat(),
-    }
-}
-
-pub fn record_outcome(outcome: &ClaimOutcome) {
-    match outcome {
+pub fn record_outcome(tenant: &str, outcome: &ClaimOutcome) {
+    let event = match outcome {
         ClaimOutcome::Claimed { takeover, .. } => {
-            stats::record(Event::Claimed);
             if *takeover {
-                stats::record(Event::Takeover);
+                stats::record(tenant, Event::Takeover);
             }
+            Event::Claimed
         }
-        ClaimOutcome::Replay(row) if row.state == State::Failed => {
-            stats::record(Event::ReplayFailed)
-        }
-        ClaimOutcome::Replay(_) => stats::record(Event::ReplayCompleted),
-        ClaimOutcome::InProgress(_) => stats::record(Event::InProgress),
-        ClaimOutcome::Mismatch => stats::record(Event::Mismatch),
-        ClaimOutcome::StaleKey => stats::record(Event::StaleKey),
-    }
+        ClaimOutcome::Replay(row) if row.state == State::Failed => Event::ReplayFailed,
+        ClaimOutcome::Replay(_) => Event::ReplayCompleted,
+        ClaimOutcome::InProgress(_) => Event::InProgress,
+        ClaimOutcome::Mismatch => Event::Mismatch,
+        ClaimOutcome::StaleKey => Event::StaleKey,
+    };
+    stats::record(tenant, event);
 }
 
 /// lease and ttl of a claim, from the arguments or the settings.
@@ -119,9 +63,23 @@ fn idem_claim(
     };
     let now = store::clock();
     let outcome = store::with_client(|client| store::claim(client, &request, now));
-    record_outcome(&outcome);
+    record_outcome(tenant, &outcome);
     // built after SPI is gone: the row must live in the caller's memory context
-    datum::record(fcinfo, &claim_columns(&outcome))
+    let (_, outcome, fence, attempt, code, body, lease_expires_at, expires_at, phase, data) = claim_row(key, outcome);
+    datum::record(
+        fcinfo,
+        &[
+            outcome.as_str().into_datum(),
+            fence.into_datum(),
+            attempt.into_datum(),
+            code.into_datum(),
+            body.into_datum(),
+            lease_expires_at.into_datum(),
+            expires_at.into_datum(),
+            phase.into_datum(),
+            data.into_datum(),
+        ],
+    )
 }
 
 /// The target of a fenced operation, checked.
@@ -281,4 +239,192 @@ fn idem_request_hash_request(
 #[pg_extern(sql = false)]
 fn idem_new_key() -> pgrx::Uuid {
     pgrx::Uuid::from_bytes(*hashing::new_uuid_v7().as_bytes())
+}
+
+/// The keys and request hashes of a batch, checked: same length, no NULLs, within the limit.
+fn batch(keys: Option<Vec<Option<String>>>, hashes: Option<Vec<Option<String>>>) -> Vec<(String, String)> {
+    let keys = keys.unwrap_or_else(|| {
+        errors::null_argument("keys", "Pass an array of keys, such as ARRAY['k1', 'k2'].").raise()
+    });
+    let hashes = hashes.unwrap_or_else(|| {
+        errors::null_argument("request_hashes", "Pass one request hash per key, in the same order.").raise()
+    });
+    if keys.len() != hashes.len() {
+        errors::invalid_argument(
+            "request_hashes",
+            "must have one element per key",
+            format!("keys has {} elements, request_hashes {}.", keys.len(), hashes.len()),
+            "Pass arrays of the same length, the i-th hash for the i-th key.",
+        )
+        .raise();
+    }
+    let max = guc::max_batch_keys();
+    if keys.len() > max {
+        errors::too_large(
+            "keys",
+            format!("The batch has {} keys; pg_idem.max_batch_keys allows {max}.", keys.len()),
+            "Split the batch, or raise pg_idem.max_batch_keys (each new key claimed holds one lock until commit).",
+        )
+        .raise();
+    }
+    keys.into_iter()
+        .zip(hashes)
+        .enumerate()
+        .map(|(i, (key, hash))| {
+            let key = key.unwrap_or_else(|| {
+                errors::null_argument(&format!("keys[{}]", i + 1), "Remove NULL elements from the batch.").raise()
+            });
+            let hash = hash.unwrap_or_else(|| {
+                errors::null_argument(&format!("request_hashes[{}]", i + 1), "Pass a hash for every key ('' to skip the check).")
+                    .raise()
+            });
+            (key, hash)
+        })
+        .collect()
+}
+
+#[pg_extern(sql = false)]
+#[allow(clippy::type_complexity)]
+fn idem_claim_many(
+    tenant: Option<&str>,
+    keys: Option<Vec<Option<String>>>,
+    request_hashes: Option<Vec<Option<String>>>,
+    lease: Option<Interval>,
+    ttl: Option<Interval>,
+) -> TableIterator<
+    'static,
+    (
+        name!(key, String),
+        name!(outcome, String),
+        name!(fence, Option<i64>),
+        name!(attempt, Option<i32>),
+        name!(response_code, Option<i32>),
+        name!(response_body, Option<Jsonb>),
+        name!(lease_expires_at, Option<TimestampWithTimeZone>),
+        name!(expires_at, Option<TimestampWithTimeZone>),
+        name!(checkpoint_phase, Option<String>),
+        name!(checkpoint_data, Option<Jsonb>),
+    ),
+> {
+    let tenant = check(args::name(tenant, "tenant"));
+    let pairs = batch(keys, request_hashes);
+    let requests: Vec<ClaimRequest<'_>> = pairs
+        .iter()
+        .enumerate()
+        .map(|(i, (key, hash))| {
+            let argument = format!("keys[{}]", i + 1);
+            let (_, key) = check(args::tenant_and_key(Some(tenant), Some(key.as_str()), &argument));
+            let hash = check(args::request_hash(Some(hash.as_str())));
+            (key, hash)
+        })
+        .map(|(key, hash)| {
+            let (lease_us, ttl_us) = lease_and_ttl(lease, ttl);
+            ClaimRequest {
+                tenant,
+                key,
+                request_hash: hashing::stored_request_hash(hash),
+                lease_us,
+                ttl_us,
+                reject_stale_uuidv7: guc::reject_stale_uuidv7(),
+            }
+        })
+        .collect();
+    let now = store::clock();
+    // in input order, so that a key repeated in the batch meets its own earlier claim
+    let outcomes: Vec<ClaimOutcome> =
+        store::with_client(|client| requests.iter().map(|r| store::claim(client, r, now)).collect());
+    let rows: Vec<_> = requests
+        .iter()
+        .zip(outcomes)
+        .map(|(request, outcome)| {
+            record_outcome(tenant, &outcome);
+            claim_row(request.key, outcome)
+        })
+        .collect();
+    TableIterator::new(rows)
+}
+
+type ClaimRow = (
+    String,
+    String,
+    Option<i64>,
+    Option<i32>,
+    Option<i32>,
+    Option<Jsonb>,
+    Option<TimestampWithTimeZone>,
+    Option<TimestampWithTimeZone>,
+    Option<String>,
+    Option<Jsonb>,
+);
+
+/// One row of idem_claim_many: the key, then the columns of idem_claim.
+fn claim_row(key: &str, outcome: ClaimOutcome) -> ClaimRow {
+    let key = key.to_string();
+    match outcome {
+        ClaimOutcome::Claimed { fence, attempt, lease_expires_at, expires_at, checkpoint_phase, checkpoint_data, .. } => (
+            key,
+            "claimed".into(),
+            Some(fence),
+            Some(attempt),
+            None,
+            None,
+            Some(timestamptz(lease_expires_at)),
+            Some(timestamptz(expires_at)),
+            checkpoint_phase,
+            checkpoint_data,
+        ),
+        ClaimOutcome::Replay(row) => (
+            key,
+            if row.state == State::Failed { "failed" } else { "completed" }.into(),
+            None,
+            Some(row.attempt),
+            row.response_code,
+            row.response_body,
+            None,
+            Some(timestamptz(row.expires_at)),
+            None,
+            None,
+        ),
+        ClaimOutcome::InProgress(row) => (
+            key,
+            "in_progress".into(),
+            None,
+            row.as_ref().map(|r| r.attempt),
+            None,
+            None,
+            row.as_ref().and_then(|r| r.lease_expires_at).map(timestamptz),
+            row.as_ref().map(|r| timestamptz(r.expires_at)),
+            None,
+            None,
+        ),
+        ClaimOutcome::Mismatch => (key, "mismatch".into(), None, None, None, None, None, None, None, None),
+        ClaimOutcome::StaleKey => (key, "stale_key".into(), None, None, None, None, None, None, None, None),
+    }
+}
+
+#[pg_extern(sql = false)]
+fn idem_checkpoint(
+    tenant: Option<&str>,
+    key: Option<&str>,
+    fence: Option<i64>,
+    phase: Option<&str>,
+    data: Option<Jsonb>,
+) {
+    let target = fenced("idem_checkpoint", tenant, key, fence);
+    let phase = check(args::required(phase, "phase", "Name the step the attempt has finished, such as 'charged'."));
+    let data = check(args::payload(data, "data"));
+    store::with_client(|client| store::checkpoint(client, &target, phase, data));
+}
+
+#[pg_extern(sql = false)]
+fn idem_assert_fence(tenant: Option<&str>, key: Option<&str>, fence: Option<i64>) {
+    let target = fenced("idem_assert_fence", tenant, key, fence);
+    store::with_client(|client| store::assert_fence(client, &target));
+}
+
+#[pg_extern(sql = false)]
+fn idem_downstream_key(tenant: Option<&str>, key: Option<&str>, step: Option<&str>) -> pgrx::Uuid {
+    let (tenant, key) = check(args::tenant_and_key(tenant, key, "key"));
+    let step = check(args::required(step, "step", "Name the external call, such as 'charge'."));
+    pgrx::Uuid::from_bytes(*hashing::downstream_key(tenant, key, step).as_bytes())
 }

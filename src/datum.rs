@@ -16,10 +16,6 @@ use crate::errors;
 pub struct Jsonb(pg_sys::Datum);
 
 impl Jsonb {
-    pub fn datum(self) -> pg_sys::Datum {
-        self.0
-    }
-
     /// Size of the value once decompressed, in bytes, as counted by pg_idem.max_response_bytes.
     pub fn raw_size(self) -> usize {
         unsafe { pg_sys::toast_raw_datum_size(self.0) }
@@ -91,6 +87,12 @@ unsafe impl<'fcx> ArgAbi<'fcx> for Jsonb {
     }
 }
 
+unsafe impl BoxRet for Jsonb {
+    unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {
+        unsafe { fcinfo.return_raw_datum(self.0) }
+    }
+}
+
 pgrx::impl_sql_translatable!(Jsonb, "jsonb");
 
 /// A composite value already formed as a datum: the result of a function declared with OUT
@@ -148,21 +150,4 @@ pub fn record(fcinfo: pg_sys::FunctionCallInfo, columns: &[Column]) -> Record {
         let tuple = pg_sys::heap_form_tuple(tupdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
         Record(pgrx::heap_tuple_get_datum(tuple))
     }
-}
-
-/// Datum helpers for the columns of a record.
-pub fn text(s: &str) -> Column {
-    s.into_datum()
-}
-
-pub fn int8(v: i64) -> Column {
-    Some(pg_sys::Datum::from(v))
-}
-
-pub fn int4(v: i32) -> Column {
-    Some(pg_sys::Datum::from(v))
-}
-
-pub fn timestamptz(micros: i64) -> Column {
-    Some(pg_sys::Datum::from(micros))
 }

@@ -7,8 +7,9 @@ use uuid::Uuid;
 use crate::canonical_json;
 
 /// Namespace of `idem_downstream_key`: UUIDv5 of the URL "https://pg-idem.dev/downstream-key"
-/// in the standard URL namespace, so any language can recompute a downstream key.
-pub const DOWNSTREAM_NAMESPACE: Uuid = Uuid::from_u128(0x4f6b_5a0e_2c1d_5b8e_9a3f_7c2e_1d4b_6a90);
+/// in the standard URL namespace (413cc45f-1345-5112-b02e-a86e23d459a6), so any language can
+/// recompute a downstream key: uuid5(namespace, tenant + "\0" + key + "\0" + step).
+pub const DOWNSTREAM_NAMESPACE: Uuid = Uuid::from_u128(0x413c_c45f_1345_5112_b02e_a86e_23d4_59a6);
 
 pub fn sha256(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()

@@ -4,6 +4,7 @@
 //! - `api`: the core SQL functions (claim, complete, fail, release, heartbeat, forget, purge, hashes)
 //! - `args`: argument checks shared by every SQL function
 //! - `store`: the key store, every statement on idem.keys
+//! - `streams`: high-watermark dedup of ordered streams (idem.watermarks)
 //! - `hashing`, `canonical_json`: request fingerprints, lock identities, UUIDs
 //! - `datum`: jsonb pass-through and one-row records
 //! - `guc`: the pg_idem.* settings
@@ -22,13 +23,15 @@ mod guc;
 mod hashing;
 mod stats;
 mod store;
+mod streams;
 mod worker;
 
 pgrx::pg_module_magic!(name, version);
 
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 extension_sql_file!("../sql/api.sql", name = "api", requires = ["schema"]);
-extension_sql_file!("../sql/stats.sql", name = "stats", requires = ["api"]);
+extension_sql_file!("../sql/extras.sql", name = "extras", requires = ["api"]);
+extension_sql_file!("../sql/stats.sql", name = "stats", requires = ["extras"]);
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {

@@ -1,11 +1,12 @@
-//! Cumulative counters since server start, kept in shared memory when pg_idem is preloaded.
+//! Cumulative counters since server start, kept in shared memory when pg_idem is preloaded, in
+//! total and per tenant (for up to TENANT_SLOTS tenants; later tenants share one "other" row).
 //! Without the preload there is no shared memory to keep them in: recording is a no-op and the
 //! SQL functions report NULL counters.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use pgrx::prelude::*;
-use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
+use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic, PgLwLock};
 
 /// What the counters count.
 #[derive(Clone, Copy, Debug)]
@@ -25,6 +26,12 @@ pub enum Event {
 
 const EVENT_COUNT: usize = 8;
 
+/// Tenants with counters of their own; the rest are counted together.
+pub const TENANT_SLOTS: usize = 1024;
+
+/// Bytes of a tenant's name kept for display; longer names are cut (but told apart by hash).
+const TENANT_NAME_BYTES: usize = 64;
+
 #[derive(Default)]
 pub struct Counters {
     events: [AtomicU64; EVENT_COUNT],
@@ -40,10 +47,99 @@ static COUNTERS: PgAtomic<Counters> = unsafe { PgAtomic::new(c"pg_idem counters"
 /// Set in the postmaster when the library is preloaded; forked backends inherit it.
 static SHARED: AtomicBool = AtomicBool::new(false);
 
+struct TenantSlot {
+    /// 0: free; otherwise a hash of the tenant's full name (never 0)
+    hash: AtomicU64,
+    name_len: u8,
+    name: [u8; TENANT_NAME_BYTES],
+    events: [AtomicU64; EVENT_COUNT],
+}
+
+/// Open addressing on the tenant's hash; slots are claimed under the exclusive lock and never
+/// freed (a reset zeroes the counters but keeps the tenants).
+pub struct TenantTable {
+    slots: [TenantSlot; TENANT_SLOTS],
+    other: [AtomicU64; EVENT_COUNT],
+}
+
+impl Default for TenantTable {
+    fn default() -> Self {
+        TenantTable {
+            slots: std::array::from_fn(|_| TenantSlot {
+                hash: AtomicU64::new(0),
+                name_len: 0,
+                name: [0; TENANT_NAME_BYTES],
+                events: Default::default(),
+            }),
+            other: Default::default(),
+        }
+    }
+}
+
+unsafe impl PGRXSharedMemory for TenantTable {}
+
+static TENANTS: PgLwLock<TenantTable> = unsafe { PgLwLock::new(c"pg_idem tenant counters") };
+
 /// Requests the shared memory. Only valid from `_PG_init` during shared_preload_libraries.
 pub fn init_shared_memory() {
     pg_shmem_init!(COUNTERS);
+    pg_shmem_init!(TENANTS);
     SHARED.store(true, Ordering::Relaxed);
+}
+
+fn tenant_hash(tenant: &str) -> u64 {
+    // FNV-1a; 0 marks a free slot
+    let hash = tenant.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    hash.max(1)
+}
+
+fn find_slot(table: &TenantTable, hash: u64) -> Result<usize, Option<usize>> {
+    let start = (hash % TENANT_SLOTS as u64) as usize;
+    for probe in 0..TENANT_SLOTS {
+        let i = (start + probe) % TENANT_SLOTS;
+        match table.slots[i].hash.load(Ordering::Relaxed) {
+            h if h == hash => return Ok(i),
+            0 => return Err(Some(i)),
+            _ => {}
+        }
+    }
+    Err(None)
+}
+
+fn record_for_tenant(tenant: &str, event: Event) {
+    let hash = tenant_hash(tenant);
+    {
+        let table = TENANTS.share();
+        match find_slot(&table, hash) {
+            Ok(i) => {
+                table.slots[i].events[event as usize].fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Err(None) => {
+                table.other[event as usize].fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Err(Some(_)) => {}
+        }
+    }
+    // a tenant not seen before: claim a slot (someone may have done so since we looked)
+    let mut table = TENANTS.exclusive();
+    let i = match find_slot(&table, hash) {
+        Ok(i) => i,
+        Err(Some(i)) => {
+            let slot = &mut table.slots[i];
+            let len = tenant.len().min(TENANT_NAME_BYTES);
+            slot.name[..len].copy_from_slice(&tenant.as_bytes()[..len]);
+            slot.name_len = len as u8;
+            slot.hash.store(hash, Ordering::Relaxed);
+            i
+        }
+        Err(None) => {
+            table.other[event as usize].fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    table.slots[i].events[event as usize].fetch_add(1, Ordering::Relaxed);
 }
 
 /// True when the counters live in shared memory (pg_idem is in shared_preload_libraries).
@@ -51,9 +147,10 @@ pub fn available() -> bool {
     SHARED.load(Ordering::Relaxed)
 }
 
-pub fn record(event: Event) {
+pub fn record(tenant: &str, event: Event) {
     if available() {
         COUNTERS.get().events[event as usize].fetch_add(1, Ordering::Relaxed);
+        record_for_tenant(tenant, event);
     }
 }
 
@@ -73,12 +170,6 @@ pub struct Snapshot {
     pub reset_at: i64,
 }
 
-impl Snapshot {
-    pub fn get(&self, event: Event) -> u64 {
-        self.events[event as usize]
-    }
-}
-
 pub fn snapshot() -> Option<Snapshot> {
     if !available() {
         return None;
@@ -91,7 +182,7 @@ pub fn snapshot() -> Option<Snapshot> {
     })
 }
 
-pub fn reset(now: i64) {
+fn reset(now: i64) {
     if available() {
         let counters = COUNTERS.get();
         for counter in &counters.events {
@@ -99,7 +190,115 @@ pub fn reset(now: i64) {
         }
         counters.purged.store(0, Ordering::Relaxed);
         counters.reset_at.store(now, Ordering::Relaxed);
+        let table = TENANTS.share();
+        for counter in table.slots.iter().flat_map(|s| s.events.iter()).chain(table.other.iter()) {
+            counter.store(0, Ordering::Relaxed);
+        }
     }
+}
+
+/// Per-tenant counters: (tenant, counters); the tenants past TENANT_SLOTS as one NULL tenant.
+fn tenant_snapshot() -> Vec<(Option<String>, [u64; EVENT_COUNT])> {
+    if !available() {
+        return Vec::new();
+    }
+    let table = TENANTS.share();
+    let load = |events: &[AtomicU64; EVENT_COUNT]| std::array::from_fn(|i| events[i].load(Ordering::Relaxed));
+    let mut rows: Vec<(Option<String>, [u64; EVENT_COUNT])> = table
+        .slots
+        .iter()
+        .filter(|s| s.hash.load(Ordering::Relaxed) != 0)
+        .map(|s| (Some(String::from_utf8_lossy(&s.name[..s.name_len as usize]).into_owned()), load(&s.events)))
+        .collect();
+    let other = load(&table.other);
+    if other.iter().any(|&n| n > 0) {
+        rows.push((None, other));
+    }
+    rows
+}
+
+fn counter(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+type CounterRow = (
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
+
+fn counter_row(events: Option<&[u64; EVENT_COUNT]>) -> CounterRow {
+    let get = |e: Event| events.map(|ev| counter(ev[e as usize]));
+    (
+        get(Event::Claimed),
+        get(Event::ReplayCompleted),
+        get(Event::ReplayFailed),
+        get(Event::InProgress),
+        get(Event::Mismatch),
+        get(Event::Takeover),
+        get(Event::StaleFence),
+        get(Event::StaleKey),
+    )
+}
+
+/// `idem_counters()`: the cumulative counters, NULL without the preload.
+#[pg_extern(sql = false)]
+#[allow(clippy::type_complexity)]
+fn idem_counters() -> TableIterator<
+    'static,
+    (
+        name!(claims, Option<i64>),
+        name!(replays_completed, Option<i64>),
+        name!(replays_failed, Option<i64>),
+        name!(in_progress, Option<i64>),
+        name!(mismatches, Option<i64>),
+        name!(takeovers, Option<i64>),
+        name!(stale_fences, Option<i64>),
+        name!(stale_keys, Option<i64>),
+        name!(keys_purged, Option<i64>),
+        name!(since, Option<TimestampWithTimeZone>),
+    ),
+> {
+    let snap = snapshot();
+    let c = counter_row(snap.as_ref().map(|s| &s.events));
+    let purged = snap.as_ref().map(|s| counter(s.purged));
+    let since = snap.as_ref().map(|s| crate::api::timestamptz(if s.reset_at != 0 { s.reset_at } else { unsafe { pg_sys::PgStartTime } }));
+    TableIterator::once((c.0, c.1, c.2, c.3, c.4, c.5, c.6, c.7, purged, since))
+}
+
+/// `idem_tenant_counters()`: the cumulative counters per tenant.
+#[pg_extern(sql = false)]
+#[allow(clippy::type_complexity)]
+fn idem_tenant_counters() -> TableIterator<
+    'static,
+    (
+        name!(tenant, Option<String>),
+        name!(claims, Option<i64>),
+        name!(replays_completed, Option<i64>),
+        name!(replays_failed, Option<i64>),
+        name!(in_progress, Option<i64>),
+        name!(mismatches, Option<i64>),
+        name!(takeovers, Option<i64>),
+        name!(stale_fences, Option<i64>),
+        name!(stale_keys, Option<i64>),
+    ),
+> {
+    TableIterator::new(tenant_snapshot().into_iter().map(|(tenant, events)| {
+        let c = counter_row(Some(&events));
+        (tenant, c.0, c.1, c.2, c.3, c.4, c.5, c.6, c.7)
+    }))
+}
+
+/// `idem_stats_reset()`: zeroes every counter; returns false without the preload.
+#[pg_extern(sql = false)]
+fn idem_stats_reset() -> bool {
+    reset(crate::store::clock());
+    available()
 }
 
 /// `idem_purge_status()`: one row per database in pg_idem.database, empty without the preload.

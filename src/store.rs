@@ -9,11 +9,13 @@
 //! - The purge takes no key lock and never waits (SKIP LOCKED); it only touches expired rows.
 //! - Every time comparison uses the clock value the caller passes in (`now`), read once per call.
 
-use std::cell::OnceCell;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
 
 use pgrx::datum::DatumWithOid;
 use pgrx::memcxt::PgMemoryContexts;
-use pgrx::pg_sys::{self, BuiltinOid, PgOid};
+use pgrx::pg_sys::{self, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiTupleTable};
 use pgrx::{FromDatum, Spi};
 
@@ -64,8 +66,6 @@ pub struct KeyRow {
     pub response_body: Option<Jsonb>,
     pub lease_expires_at: Option<Micros>,
     pub expires_at: Micros,
-    pub checkpoint_phase: Option<String>,
-    pub checkpoint_data: Option<Jsonb>,
 }
 
 impl KeyRow {
@@ -190,70 +190,52 @@ impl Stmt {
             ),
         }
     }
-
-    fn arg_types(self) -> Vec<PgOid> {
-        use BuiltinOid::*;
-        let oids: &[BuiltinOid] = match self {
-            Stmt::Lookup | Stmt::LookupForUpdate | Stmt::Forget => &[TEXTOID, TEXTOID],
-            Stmt::Insert => &[
-                TEXTOID,
-                TEXTOID,
-                BYTEAOID,
-                TIMESTAMPTZOID,
-                TIMESTAMPTZOID,
-                TIMESTAMPTZOID,
-                TIMESTAMPTZOID,
-                INTERVALOID,
-            ],
-            Stmt::Reclaim => &[
-                TEXTOID,
-                TEXTOID,
-                BYTEAOID,
-                INT4OID,
-                TIMESTAMPTZOID,
-                TIMESTAMPTZOID,
-                TIMESTAMPTZOID,
-                TIMESTAMPTZOID,
-                INTERVALOID,
-                BOOLOID,
-            ],
-            Stmt::Finish => &[
-                TEXTOID,
-                TEXTOID,
-                INT8OID,
-                CHAROID,
-                INT4OID,
-                JSONBOID,
-                TIMESTAMPTZOID,
-            ],
-            Stmt::Heartbeat => &[TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID],
-            Stmt::Release | Stmt::AssertFence => &[TEXTOID, TEXTOID, INT8OID],
-            Stmt::Checkpoint => &[TEXTOID, TEXTOID, INT8OID, TEXTOID, JSONBOID],
-            Stmt::PurgeRearm | Stmt::PurgeDelete => &[TIMESTAMPTZOID, INT8OID],
-        };
-        oids.iter().map(|&o| PgOid::BuiltIn(o)).collect()
-    }
 }
 
 thread_local! {
-    static PLANS: [OnceCell<OwnedPreparedStatement>; STATEMENT_COUNT] = const { [const { OnceCell::new() }; STATEMENT_COUNT] };
+    /// Plans prepared in this backend, by statement text; the argument types are those of the
+    /// first execution's arguments.
+    static PLANS: RefCell<HashMap<String, Rc<OwnedPreparedStatement>>> = RefCell::new(HashMap::new());
 }
 
-/// Runs a statement of the store, preparing its plan on first use in this backend.
-fn run<'c>(client: &SpiClient<'c>, stmt: Stmt, args: &[DatumWithOid<'_>]) -> SpiTupleTable<'c> {
-    PLANS.with(|plans| {
-        let plan = plans[stmt as usize].get_or_init(|| {
-            client
-                .prepare_mut(stmt.sql().as_str(), &stmt.arg_types())
-                .unwrap_or_else(|e| errors::internal("preparing a statement", e).raise())
-                .keep()
-        });
-        // `select` leaves the transaction read-only until a statement writes; the plan itself
-        // is prepared as mutating, so each execution takes a fresh snapshot (READ COMMITTED)
-        client
-            .select(plan, None, args)
-            .unwrap_or_else(|e| errors::internal("executing a statement", e).raise())
-    })
+/// Runs a statement through its per-backend plan, preparing it on first use.
+fn execute<'c>(spi: &SpiClient<'c>, sql: &str, args: &[DatumWithOid<'_>]) -> SpiTupleTable<'c> {
+    let cached = PLANS.with(|plans| plans.borrow().get(sql).cloned());
+    let plan = cached.unwrap_or_else(|| {
+        let types: Vec<PgOid> = args.iter().map(|a| PgOid::from(a.oid())).collect();
+        let plan = Rc::new(
+            spi.prepare_mut(sql, &types).unwrap_or_else(|e| errors::internal("preparing a statement", e).raise()).keep(),
+        );
+        PLANS.with(|plans| plans.borrow_mut().insert(sql.to_string(), plan.clone()));
+        plan
+    });
+    // `select` leaves the transaction read-only until a statement writes; the plan itself is
+    // prepared as mutating, so each execution takes a fresh snapshot (READ COMMITTED)
+    spi.select(&*plan, None, args).unwrap_or_else(|e| errors::internal("executing a statement", e).raise())
+}
+
+thread_local! {
+    /// The text of each store statement, built once per backend.
+    static STATEMENTS: [String; STATEMENT_COUNT] = std::array::from_fn(|i| ALL_STATEMENTS[i].sql());
+}
+
+const ALL_STATEMENTS: [Stmt; STATEMENT_COUNT] = [
+    Stmt::Lookup,
+    Stmt::LookupForUpdate,
+    Stmt::Insert,
+    Stmt::Reclaim,
+    Stmt::Finish,
+    Stmt::Heartbeat,
+    Stmt::Release,
+    Stmt::Checkpoint,
+    Stmt::AssertFence,
+    Stmt::Forget,
+    Stmt::PurgeRearm,
+    Stmt::PurgeDelete,
+];
+
+fn run<'c>(spi: &SpiClient<'c>, stmt: Stmt, args: &[DatumWithOid<'_>]) -> SpiTupleTable<'c> {
+    STATEMENTS.with(|texts| execute(spi, &texts[stmt as usize], args))
 }
 
 /// The raw datum of a column of the current row, None for NULL.
@@ -341,8 +323,6 @@ fn read_key_row(table: &SpiTupleTable<'_>, outer: pg_sys::MemoryContext) -> KeyR
         response_body: get_jsonb(table, 6, outer),
         lease_expires_at: get_i64(table, 7),
         expires_at: get_i64(table, 8).unwrap_or(0),
-        checkpoint_phase: get_string(table, 9),
-        checkpoint_data: get_jsonb(table, 10, outer),
     }
 }
 
@@ -594,7 +574,7 @@ impl Fenced<'_> {
                     State::InProgress if row.fence > self.fence => LeaseLost::TakenOver,
                     State::InProgress => LeaseLost::WrongFence,
                 };
-                crate::stats::record(crate::stats::Event::StaleFence);
+                crate::stats::record(self.tenant, crate::stats::Event::StaleFence);
                 errors::lease_lost(self.function, self.tenant, self.key, self.fence, why)
             }
         }
@@ -704,6 +684,13 @@ pub fn purge_batch(client: &Client<'_, '_>, now: Micros, limit: Option<i64>) -> 
 pub struct Client<'a, 'c> {
     spi: &'a SpiClient<'c>,
     outer: pg_sys::MemoryContext,
+}
+
+impl Client<'_, '_> {
+    /// The first column of the first row of a statement, as bigint; None without rows or for NULL.
+    pub fn query_one_i64(&self, sql: &str, args: &[DatumWithOid<'_>]) -> Option<i64> {
+        first_row(execute(self.spi, sql, args)).and_then(|t| get_i64(&t, 1))
+    }
 }
 
 /// Runs `f` with an SPI connection. Values `f` returns that point into PostgreSQL memory (jsonb)

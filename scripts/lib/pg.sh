@@ -1,0 +1,62 @@
+# Throwaway PostgreSQL servers for the demo, the runners and the benchmarks. Source this file.
+#
+#   pg_start DIR [postgresql.conf line]...   initdb DIR/data, start on a free port; exports
+#                                            PGHOST PGPORT PGUSER PGDATABASE for psql, pgbench, ...
+#   pg_stop DIR                              stop the server (fast) and remove DIR
+#   pg_run CMD...                            run CMD as the server's OS user
+#
+# PostgreSQL refuses to run as root, so as root the server runs as the `postgres` user.
+
+PG_BINDIR="${PG_BINDIR:-$(pg_config --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)}"
+# Debian's pg_config lives in /usr/bin, not in the server's bin directory
+if [ ! -x "$PG_BINDIR/initdb" ]; then
+    PG_BINDIR="/usr/lib/postgresql/$(pg_config --version | sed -E 's/[^0-9]*([0-9]+).*/\1/')/bin"
+fi
+
+pg_run() {
+    if [ "$(id -u)" = 0 ]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+
+pg_free_port() {
+    python3 - <<'PY'
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()
+PY
+}
+
+pg_start() {
+    local dir="$1"
+    shift
+    mkdir -p "$dir"
+    [ "$(id -u)" = 0 ] && chown postgres "$dir"
+    pg_run "$PG_BINDIR/initdb" -D "$dir/data" -A trust -U postgres -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 ||
+        { cat "$dir/initdb.log" >&2; return 1; }
+    local port
+    port="$(pg_free_port)"
+    {
+        echo "port = $port"
+        echo "listen_addresses = '127.0.0.1'"
+        echo "unix_socket_directories = '$dir'"
+        echo "fsync = on"
+        for line in "$@"; do echo "$line"; done
+    } | pg_run tee -a "$dir/data/postgresql.conf" >/dev/null
+    pg_run "$PG_BINDIR/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null ||
+        { cat "$dir/server.log" >&2; return 1; }
+    export PGHOST=127.0.0.1 PGPORT="$port" PGUSER=postgres PGDATABASE=postgres
+}
+
+pg_stop() {
+    local dir="$1"
+    if [ -f "$dir/data/postmaster.pid" ]; then
+        pg_run "$PG_BINDIR/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 ||
+            pg_run "$PG_BINDIR/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1
+    fi
+    rm -rf "$dir"
+}

@@ -1,0 +1,346 @@
+//! Test servers for the client suites: each test starts its own PostgreSQL with the installed
+//! pg_idem (as the `postgres` OS user when run as root), on a free port, and stops it when the
+//! `Server` is dropped, panic or not.
+
+pub mod workload;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub use postgres::{Client, NoTls};
+
+/// Where test servers live: world-traversable, so the `postgres` user reaches its data dirs.
+const ROOT: &str = "/tmp/pg_idem_tests";
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+fn running_as_root() -> bool {
+    static ROOT_USER: OnceLock<bool> = OnceLock::new();
+    *ROOT_USER.get_or_init(|| {
+        Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
+    })
+}
+
+/// A command run as the server's OS user.
+fn as_server_user(program: &Path) -> Command {
+    if running_as_root() {
+        let mut cmd = Command::new("runuser");
+        cmd.args(["-u", "postgres", "--"]).arg(program);
+        cmd
+    } else {
+        Command::new(program)
+    }
+}
+
+fn run_ok(mut cmd: Command, what: &str) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The PostgreSQL binaries pg_idem is installed into.
+pub fn bindir() -> PathBuf {
+    static BINDIR: OnceLock<PathBuf> = OnceLock::new();
+    BINDIR
+        .get_or_init(|| {
+            let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into());
+            let version = run_ok(Command::new(&pg_config).arg("--version"), "pg_config --version");
+            let text = String::from_utf8_lossy(&version.stdout);
+            let major: String = text.split_whitespace().nth(1).unwrap_or("15").chars().take_while(char::is_ascii_digit).collect();
+            let debian = PathBuf::from(format!("/usr/lib/postgresql/{major}/bin"));
+            if debian.join("initdb").exists() {
+                return debian;
+            }
+            let out = run_ok(Command::new(&pg_config).arg("--bindir"), "pg_config --bindir");
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        })
+        .clone()
+}
+
+fn check_installed() {
+    let out = run_ok(Command::new(std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into())).arg("--sharedir"), "pg_config");
+    let control = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("extension/pg_idem.control");
+    assert!(
+        control.exists(),
+        "pg_idem is not installed ({} is missing): run scripts/install.sh --debug first",
+        control.display()
+    );
+}
+
+/// An initdb'ed data directory that every test server starts from as a copy.
+fn template() -> &'static Path {
+    static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
+    TEMPLATE.get_or_init(|| {
+        check_installed();
+        std::fs::create_dir_all(ROOT).expect("create test root");
+        let _ = Command::new("chmod").args(["1777", ROOT]).status();
+        // shared by every test process; built under a private name, then renamed into place
+        let major = bindir().parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let template = PathBuf::from(ROOT).join(format!("template-pg{major}"));
+        if template.join("PG_VERSION").exists() {
+            return template;
+        }
+        let building = PathBuf::from(ROOT).join(format!("template-building-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&building);
+        let mut cmd = as_server_user(&bindir().join("initdb"));
+        cmd.args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "-D"]).arg(&building);
+        run_ok(cmd, "initdb");
+        if std::fs::rename(&building, &template).is_err() {
+            // another test process got there first
+            let _ = std::fs::remove_dir_all(&building);
+        }
+        template
+    })
+}
+
+/// A running test server.
+pub struct Server {
+    dir: PathBuf,
+    pub port: u16,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+impl Server {
+    /// Starts a server with pg_idem preloaded, the given extra postgresql.conf lines, and the
+    /// extension created in database `postgres`.
+    pub fn start(conf: &[&str]) -> Server {
+        let server = Server::start_bare(&[&["shared_preload_libraries = 'pg_idem'"], conf].concat());
+        server.client().batch_execute("CREATE EXTENSION pg_idem").expect("create extension");
+        server
+    }
+
+    /// Starts a server with only the given extra postgresql.conf lines (no preload, no extension).
+    pub fn start_bare(conf: &[&str]) -> Server {
+        let template = template();
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir = PathBuf::from(ROOT).join(format!("srv-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create server dir");
+        let _ = Command::new("chmod").args(["777"]).arg(&dir).status();
+        run_ok(
+            {
+                let mut c = Command::new("cp");
+                c.arg("-a").arg(template).arg(dir.join("data"));
+                c
+            },
+            "copy template",
+        );
+        let mut server = Server { dir, port: 0 };
+        let mut last_error = String::new();
+        for _ in 0..3 {
+            server.port = free_port();
+            let mut lines = vec![
+                format!("port = {}", server.port),
+                "listen_addresses = '127.0.0.1'".to_string(),
+                format!("unix_socket_directories = '{}'", server.dir.display()),
+                "max_connections = 200".to_string(),
+                "log_line_prefix = '%m [%p] %b '".to_string(),
+            ];
+            lines.extend(conf.iter().map(|s| s.to_string()));
+            server.write_conf(&lines);
+            match server.pg_ctl(&["-w", "-t", "60", "start"]) {
+                Ok(()) => return server,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("server did not start: {last_error}\n{}", server.log());
+    }
+
+    fn conf_path(&self) -> PathBuf {
+        self.dir.join("data/postgresql.auto.conf")
+    }
+
+    /// Appends settings (postgresql.auto.conf: later lines win); apply with `reload` or a restart.
+    pub fn write_conf(&self, lines: &[String]) {
+        let mut text = std::fs::read_to_string(self.conf_path()).unwrap_or_default();
+        for line in lines {
+            text.push_str(line);
+            text.push('\n');
+        }
+        std::fs::write(self.conf_path(), text).expect("write conf");
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> Result<(), String> {
+        let mut cmd = as_server_user(&bindir().join("pg_ctl"));
+        cmd.arg("-D").arg(self.dir.join("data")).arg("-l").arg(self.log_path()).args(args);
+        let out = cmd.output().map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+        }
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("server.log")
+    }
+
+    /// The server log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    pub fn conninfo(&self, dbname: &str) -> String {
+        format!("host=127.0.0.1 port={} user=postgres dbname={dbname} connect_timeout=10", self.port)
+    }
+
+    /// A new connection to database `postgres`.
+    pub fn client(&self) -> Client {
+        self.client_db("postgres")
+    }
+
+    pub fn client_db(&self, dbname: &str) -> Client {
+        Client::connect(&self.conninfo(dbname), NoTls).unwrap_or_else(|e| panic!("connect to {dbname}: {e}"))
+    }
+
+    /// A new connection as `role`.
+    pub fn client_as(&self, role: &str) -> Client {
+        let conninfo = format!("host=127.0.0.1 port={} user={role} dbname=postgres connect_timeout=10", self.port);
+        Client::connect(&conninfo, NoTls).unwrap_or_else(|e| panic!("connect as {role}: {e}"))
+    }
+
+    /// SIGHUP: the server and its workers reload the configuration.
+    pub fn reload(&self) {
+        self.pg_ctl(&["reload"]).expect("reload");
+    }
+
+    pub fn stop(&self, mode: &str) {
+        self.pg_ctl(&["-m", mode, "-w", "stop"]).expect("stop");
+    }
+
+    pub fn start_again(&self) {
+        self.pg_ctl(&["-w", "-t", "60", "start"]).expect("start again");
+    }
+
+    /// Runs a program of the server's bin directory (pg_dump, psql, ...) as the server user.
+    pub fn run_bin(&self, program: &str, args: &[&str]) -> Output {
+        let mut cmd = as_server_user(&bindir().join(program));
+        cmd.args(args);
+        cmd.output().unwrap_or_else(|e| panic!("{program}: {e}"))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.pg_ctl(&["-m", "immediate", "-w", "stop"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Sends SIGKILL to a server process (a backend or a worker).
+pub fn kill_9(pid: i32) {
+    let status = Command::new("kill").args(["-9", &pid.to_string()]).status().expect("kill");
+    assert!(status.success(), "kill -9 {pid} failed");
+}
+
+/// The SQLSTATE of a failed statement ("" when the error did not come from the server).
+pub fn sqlstate(error: &postgres::Error) -> String {
+    error.code().map(|c| c.code().to_string()).unwrap_or_default()
+}
+
+/// Waits until `condition` holds, polling; panics with `what` after `timeout`.
+pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One row of idem_claim.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claim {
+    pub outcome: String,
+    pub fence: Option<i64>,
+    pub attempt: Option<i32>,
+    pub response_code: Option<i32>,
+    /// response_body as jsonb text
+    pub response_body: Option<String>,
+    pub checkpoint_phase: Option<String>,
+    pub checkpoint_data: Option<String>,
+}
+
+const CLAIM_SQL: &str = "SELECT outcome, fence, attempt, response_code, response_body::text, \
+     checkpoint_phase, checkpoint_data::text FROM idem_claim($1, $2, $3, $4::text::interval, $5::text::interval)";
+
+fn claim_from_row(row: &postgres::Row) -> Claim {
+    Claim {
+        outcome: row.get(0),
+        fence: row.get(1),
+        attempt: row.get(2),
+        response_code: row.get(3),
+        response_body: row.get(4),
+        checkpoint_phase: row.get(5),
+        checkpoint_data: row.get(6),
+    }
+}
+
+/// Anything that runs queries: a Client or a Transaction.
+pub trait Queryable {
+    fn query_one_(&mut self, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Result<postgres::Row, postgres::Error>;
+}
+
+impl Queryable for Client {
+    fn query_one_(&mut self, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Result<postgres::Row, postgres::Error> {
+        self.query_one(sql, params)
+    }
+}
+
+impl Queryable for postgres::Transaction<'_> {
+    fn query_one_(&mut self, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Result<postgres::Row, postgres::Error> {
+        self.query_one(sql, params)
+    }
+}
+
+/// idem_claim with optional lease and ttl (as interval text such as "100 ms").
+pub fn try_claim(
+    db: &mut impl Queryable,
+    tenant: &str,
+    key: &str,
+    hash: &str,
+    lease: Option<&str>,
+    ttl: Option<&str>,
+) -> Result<Claim, postgres::Error> {
+    db.query_one_(CLAIM_SQL, &[&tenant, &key, &hash, &lease, &ttl]).map(|r| claim_from_row(&r))
+}
+
+pub fn claim(db: &mut impl Queryable, tenant: &str, key: &str, hash: &str) -> Claim {
+    try_claim(db, tenant, key, hash, None, None).expect("idem_claim")
+}
+
+pub fn claim_with(db: &mut impl Queryable, tenant: &str, key: &str, hash: &str, lease: &str, ttl: Option<&str>) -> Claim {
+    try_claim(db, tenant, key, hash, Some(lease), ttl).expect("idem_claim")
+}
+
+pub fn try_complete(
+    db: &mut impl Queryable,
+    tenant: &str,
+    key: &str,
+    fence: i64,
+    code: i32,
+    body: &str,
+) -> Result<(), postgres::Error> {
+    db.query_one_("SELECT idem_complete($1, $2, $3, $4, $5::text::jsonb)", &[&tenant, &key, &fence, &code, &body])
+        .map(|_| ())
+}
+
+pub fn complete(db: &mut impl Queryable, tenant: &str, key: &str, fence: i64, code: i32, body: &str) {
+    try_complete(db, tenant, key, fence, code, body).expect("idem_complete")
+}
