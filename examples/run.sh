@@ -27,7 +27,9 @@ cleanup() {
     rm -rf "$logs"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM # so that the EXIT trap runs on a signal too
+# so that the EXIT trap runs on a signal too (after the command in the foreground ends)
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 echo "== installing dependencies"
 venv="$here/python/.venv"

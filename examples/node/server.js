@@ -119,8 +119,8 @@ async function handle(client, tenant, key, text, req) {
 
   // pg returns bigint as a string, which keeps ids past 2^53 exact
   const body = { payment_id: payment.id, amount: req.amount, currency: req.currency };
-  // raises 55000 if this attempt lost the key (its lease passed and another took over); the
-  // error then rolls back the payment too
+  // nobody can take the key over before this transaction commits; should idem_complete refuse
+  // all the same (55000), the error rolls the payment back with it
   await client.query('SELECT idem_complete($1, $2, $3, 201, $4)', [tenant, key, fence, body]);
   return { status: 201, body };
 }

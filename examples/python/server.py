@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 AMOUNT_LIMIT = 1_000_000  # above it a payment is declined: a final error, replayed like a success
+MAX_BODY_BYTES = 64 * 1024
 
 pool = ConnectionPool("", min_size=1, max_size=10, open=False)
 
@@ -55,7 +56,7 @@ def parse(raw):
         text = raw.decode()
         req = json.loads(text, parse_constant=reject_constant)
     except ValueError:
-        raise BadRequest("body is not UTF-8 JSON")
+        raise BadRequest("body is not UTF-8 JSON") from None
     if not isinstance(req, dict):
         raise BadRequest("body must be a JSON object")
     amount, currency = req.get("amount"), req.get("currency")
@@ -118,8 +119,8 @@ def create_payment(tenant, key, text, req):
             raise TransientError("downstream timed out")
 
         body = {"payment_id": payment_id, "amount": req["amount"], "currency": req["currency"]}
-        # raises 55000 if this attempt lost the key (its lease passed and another took over);
-        # the exception then rolls back the payment too
+        # nobody can take the key over before this transaction commits; should idem_complete
+        # refuse all the same (55000), the exception rolls the payment back with it
         conn.execute(
             "SELECT idem_complete(%s, %s, %s, 201, %s)", (tenant, key, fence, Jsonb(body))
         )
@@ -130,15 +131,17 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         if self.path != "/payments":
             return self.reply(404, {"error": "not found"})
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         key = self.headers.get("Idempotency-Key")
         tenant = self.headers.get("X-Tenant")
         if not key:
             return self.reply(400, {"error": "Idempotency-Key header required"})
         if not tenant:
             return self.reply(400, {"error": "X-Tenant header required"})
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            return self.reply(413, {"error": "body too large"})
         try:
-            self.reply(*create_payment(tenant, key, *parse(raw)))
+            self.reply(*create_payment(tenant, key, *parse(self.rfile.read(length))))
         except BadRequest as e:
             self.reply(400, {"error": str(e)})
         except TransientError as e:

@@ -13,11 +13,12 @@ if [ ! -x "$PG_BINDIR/initdb" ]; then
     PG_BINDIR="/usr/lib/postgresql/$(pg_config --version | sed -E 's/[^0-9]*([0-9]+).*/\1/')/bin"
 fi
 
+# A RUST_BACKTRACE inherited by the server would append Rust backtraces to error details.
 pg_run() {
     if [ "$(id -u)" = 0 ]; then
-        runuser -u postgres -- "$@"
+        runuser -u postgres -- env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE "$@"
     else
-        "$@"
+        env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE "$@"
     fi
 }
 

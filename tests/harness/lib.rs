@@ -26,14 +26,17 @@ fn running_as_root() -> bool {
 }
 
 /// A command run as the server's OS user.
+/// A RUST_BACKTRACE inherited by the server would append Rust backtraces to error details.
 fn as_server_user(program: &Path) -> Command {
-    if running_as_root() {
+    let mut cmd = if running_as_root() {
         let mut cmd = Command::new("runuser");
         cmd.args(["-u", "postgres", "--"]).arg(program);
         cmd
     } else {
         Command::new(program)
-    }
+    };
+    cmd.env_remove("RUST_BACKTRACE").env_remove("RUST_LIB_BACKTRACE");
+    cmd
 }
 
 fn run_ok(mut cmd: Command, what: &str) -> Output {
