@@ -65,7 +65,8 @@ fn idem_claim(
     let outcome = store::with_client(|client| store::claim(client, &request, now));
     record_outcome(tenant, &outcome);
     // built after SPI is gone: the row must live in the caller's memory context
-    let (_, outcome, fence, attempt, code, body, lease_expires_at, expires_at, phase, data) = claim_row(key, outcome);
+    let (_, outcome, fence, attempt, code, body, lease_expires_at, expires_at, phase, data) =
+        claim_row(key, outcome);
     datum::record(
         fcinfo,
         &[
@@ -170,9 +171,10 @@ fn idem_heartbeat(
 ) -> TimestampWithTimeZone {
     let target = fenced("idem_heartbeat", tenant, key, fence);
     let lease_us = check(args::duration(lease, "lease", guc::lease_timeout_us()));
-    let lease_expires_at = store::clock().saturating_add(lease_us);
+    let now = store::clock();
+    let lease_expires_at = now.saturating_add(lease_us);
     timestamptz(store::with_client(|client| {
-        store::heartbeat(client, &target, lease_expires_at)
+        store::heartbeat(client, &target, lease_expires_at, now)
     }))
 }
 
@@ -242,18 +244,29 @@ fn idem_new_key() -> pgrx::Uuid {
 }
 
 /// The keys and request hashes of a batch, checked: same length, no NULLs, within the limit.
-fn batch(keys: Option<Vec<Option<String>>>, hashes: Option<Vec<Option<String>>>) -> Vec<(String, String)> {
+fn batch(
+    keys: Option<Vec<Option<String>>>,
+    hashes: Option<Vec<Option<String>>>,
+) -> Vec<(String, String)> {
     let keys = keys.unwrap_or_else(|| {
         errors::null_argument("keys", "Pass an array of keys, such as ARRAY['k1', 'k2'].").raise()
     });
     let hashes = hashes.unwrap_or_else(|| {
-        errors::null_argument("request_hashes", "Pass one request hash per key, in the same order.").raise()
+        errors::null_argument(
+            "request_hashes",
+            "Pass one request hash per key, in the same order.",
+        )
+        .raise()
     });
     if keys.len() != hashes.len() {
         errors::invalid_argument(
             "request_hashes",
             "must have one element per key",
-            format!("keys has {} elements, request_hashes {}.", keys.len(), hashes.len()),
+            format!(
+                "keys has {} elements, request_hashes {}.",
+                keys.len(),
+                hashes.len()
+            ),
             "Pass arrays of the same length, the i-th hash for the i-th key.",
         )
         .raise();
@@ -272,11 +285,18 @@ fn batch(keys: Option<Vec<Option<String>>>, hashes: Option<Vec<Option<String>>>)
         .enumerate()
         .map(|(i, (key, hash))| {
             let key = key.unwrap_or_else(|| {
-                errors::null_argument(&format!("keys[{}]", i + 1), "Remove NULL elements from the batch.").raise()
+                errors::null_argument(
+                    &format!("keys[{}]", i + 1),
+                    "Remove NULL elements from the batch.",
+                )
+                .raise()
             });
             let hash = hash.unwrap_or_else(|| {
-                errors::null_argument(&format!("request_hashes[{}]", i + 1), "Pass a hash for every key ('' to skip the check).")
-                    .raise()
+                errors::null_argument(
+                    &format!("request_hashes[{}]", i + 1),
+                    "Pass a hash for every key ('' to skip the check).",
+                )
+                .raise()
             });
             (key, hash)
         })
@@ -313,7 +333,11 @@ fn idem_claim_many(
         .enumerate()
         .map(|(i, (key, hash))| {
             let argument = format!("keys[{}]", i + 1);
-            let (_, key) = check(args::tenant_and_key(Some(tenant), Some(key.as_str()), &argument));
+            let (_, key) = check(args::tenant_and_key(
+                Some(tenant),
+                Some(key.as_str()),
+                &argument,
+            ));
             let hash = check(args::request_hash(Some(hash.as_str())));
             (key, hash)
         })
@@ -331,8 +355,12 @@ fn idem_claim_many(
         .collect();
     let now = store::clock();
     // in input order, so that a key repeated in the batch meets its own earlier claim
-    let outcomes: Vec<ClaimOutcome> =
-        store::with_client(|client| requests.iter().map(|r| store::claim(client, r, now)).collect());
+    let outcomes: Vec<ClaimOutcome> = store::with_client(|client| {
+        requests
+            .iter()
+            .map(|r| store::claim(client, r, now))
+            .collect()
+    });
     let rows: Vec<_> = requests
         .iter()
         .zip(outcomes)
@@ -361,7 +389,15 @@ type ClaimRow = (
 fn claim_row(key: &str, outcome: ClaimOutcome) -> ClaimRow {
     let key = key.to_string();
     match outcome {
-        ClaimOutcome::Claimed { fence, attempt, lease_expires_at, expires_at, checkpoint_phase, checkpoint_data, .. } => (
+        ClaimOutcome::Claimed {
+            fence,
+            attempt,
+            lease_expires_at,
+            expires_at,
+            checkpoint_phase,
+            checkpoint_data,
+            ..
+        } => (
             key,
             "claimed".into(),
             Some(fence),
@@ -375,7 +411,12 @@ fn claim_row(key: &str, outcome: ClaimOutcome) -> ClaimRow {
         ),
         ClaimOutcome::Replay(row) => (
             key,
-            if row.state == State::Failed { "failed" } else { "completed" }.into(),
+            if row.state == State::Failed {
+                "failed"
+            } else {
+                "completed"
+            }
+            .into(),
             None,
             Some(row.attempt),
             row.response_code,
@@ -392,13 +433,37 @@ fn claim_row(key: &str, outcome: ClaimOutcome) -> ClaimRow {
             row.as_ref().map(|r| r.attempt),
             None,
             None,
-            row.as_ref().and_then(|r| r.lease_expires_at).map(timestamptz),
+            row.as_ref()
+                .and_then(|r| r.lease_expires_at)
+                .map(timestamptz),
             row.as_ref().map(|r| timestamptz(r.expires_at)),
             None,
             None,
         ),
-        ClaimOutcome::Mismatch => (key, "mismatch".into(), None, None, None, None, None, None, None, None),
-        ClaimOutcome::StaleKey => (key, "stale_key".into(), None, None, None, None, None, None, None, None),
+        ClaimOutcome::Mismatch => (
+            key,
+            "mismatch".into(),
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        ),
+        ClaimOutcome::StaleKey => (
+            key,
+            "stale_key".into(),
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        ),
     }
 }
 
@@ -411,9 +476,14 @@ fn idem_checkpoint(
     data: Option<Jsonb>,
 ) {
     let target = fenced("idem_checkpoint", tenant, key, fence);
-    let phase = check(args::required(phase, "phase", "Name the step the attempt has finished, such as 'charged'."));
+    let phase = check(args::required(
+        phase,
+        "phase",
+        "Name the step the attempt has finished, such as 'charged'.",
+    ));
     let data = check(args::payload(data, "data"));
-    store::with_client(|client| store::checkpoint(client, &target, phase, data));
+    let now = store::clock();
+    store::with_client(|client| store::checkpoint(client, &target, phase, data, now));
 }
 
 #[pg_extern(sql = false)]
@@ -425,6 +495,10 @@ fn idem_assert_fence(tenant: Option<&str>, key: Option<&str>, fence: Option<i64>
 #[pg_extern(sql = false)]
 fn idem_downstream_key(tenant: Option<&str>, key: Option<&str>, step: Option<&str>) -> pgrx::Uuid {
     let (tenant, key) = check(args::tenant_and_key(tenant, key, "key"));
-    let step = check(args::required(step, "step", "Name the external call, such as 'charge'."));
+    let step = check(args::required(
+        step,
+        "step",
+        "Name the external call, such as 'charge'.",
+    ));
     pgrx::Uuid::from_bytes(*hashing::downstream_key(tenant, key, step).as_bytes())
 }

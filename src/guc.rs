@@ -79,14 +79,18 @@ pub fn init() {
         GucContext::Userset,
         GucFlags::empty(),
     );
-    GucRegistry::define_string_guc(
-        c"pg_idem.database",
-        c"Databases the purge worker purges, comma-separated.",
-        c"One purge worker runs per listed database. Needs shared_preload_libraries = 'pg_idem'.",
-        &DATABASE,
-        GucContext::Postmaster,
-        GucFlags::SUPERUSER_ONLY,
-    );
+    // a postmaster setting can only be defined while preloading, which is also the only time
+    // there is a purge worker for it to configure
+    if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+        GucRegistry::define_string_guc(
+            c"pg_idem.database",
+            c"Databases the purge worker purges, comma-separated.",
+            c"One purge worker runs per listed database. Needs shared_preload_libraries = 'pg_idem'.",
+            &DATABASE,
+            GucContext::Postmaster,
+            GucFlags::SUPERUSER_ONLY,
+        );
+    }
     GucRegistry::define_int_guc(
         c"pg_idem.purge_interval",
         c"Time between two purge passes of the purge worker; 0 pauses purging.",

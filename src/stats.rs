@@ -89,7 +89,9 @@ pub fn init_shared_memory() {
 
 fn tenant_hash(tenant: &str) -> u64 {
     // FNV-1a; 0 marks a free slot
-    let hash = tenant.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let hash = tenant.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
     hash.max(1)
 }
 
@@ -191,7 +193,12 @@ fn reset(now: i64) {
         counters.purged.store(0, Ordering::Relaxed);
         counters.reset_at.store(now, Ordering::Relaxed);
         let table = TENANTS.share();
-        for counter in table.slots.iter().flat_map(|s| s.events.iter()).chain(table.other.iter()) {
+        for counter in table
+            .slots
+            .iter()
+            .flat_map(|s| s.events.iter())
+            .chain(table.other.iter())
+        {
             counter.store(0, Ordering::Relaxed);
         }
     }
@@ -203,12 +210,19 @@ fn tenant_snapshot() -> Vec<(Option<String>, [u64; EVENT_COUNT])> {
         return Vec::new();
     }
     let table = TENANTS.share();
-    let load = |events: &[AtomicU64; EVENT_COUNT]| std::array::from_fn(|i| events[i].load(Ordering::Relaxed));
+    let load = |events: &[AtomicU64; EVENT_COUNT]| {
+        std::array::from_fn(|i| events[i].load(Ordering::Relaxed))
+    };
     let mut rows: Vec<(Option<String>, [u64; EVENT_COUNT])> = table
         .slots
         .iter()
         .filter(|s| s.hash.load(Ordering::Relaxed) != 0)
-        .map(|s| (Some(String::from_utf8_lossy(&s.name[..s.name_len as usize]).into_owned()), load(&s.events)))
+        .map(|s| {
+            (
+                Some(String::from_utf8_lossy(&s.name[..s.name_len as usize]).into_owned()),
+                load(&s.events),
+            )
+        })
         .collect();
     let other = load(&table.other);
     if other.iter().any(|&n| n > 0) {
@@ -267,7 +281,13 @@ fn idem_counters() -> TableIterator<
     let snap = snapshot();
     let c = counter_row(snap.as_ref().map(|s| &s.events));
     let purged = snap.as_ref().map(|s| counter(s.purged));
-    let since = snap.as_ref().map(|s| crate::api::timestamptz(if s.reset_at != 0 { s.reset_at } else { unsafe { pg_sys::PgStartTime } }));
+    let since = snap.as_ref().map(|s| {
+        crate::api::timestamptz(if s.reset_at != 0 {
+            s.reset_at
+        } else {
+            unsafe { pg_sys::PgStartTime }
+        })
+    });
     TableIterator::once((c.0, c.1, c.2, c.3, c.4, c.5, c.6, c.7, purged, since))
 }
 

@@ -149,14 +149,17 @@ impl Stmt {
                  WHERE {WHERE_FENCE} \
                  RETURNING k.expires_at"
             ),
+            // a sign of life: the key is kept for its ttl from now on, and never less than its lease
             Stmt::Heartbeat => format!(
-                "UPDATE idem.keys AS k SET lease_expires_at = $4, expires_at = GREATEST(k.expires_at, $4) \
+                "UPDATE idem.keys AS k SET lease_expires_at = $4, \
+                   expires_at = GREATEST(k.expires_at, $4, $5 OPERATOR(pg_catalog.+) k.ttl) \
                  WHERE {WHERE_FENCE} \
                  RETURNING k.lease_expires_at"
             ),
             Stmt::Release => format!("DELETE FROM idem.keys AS k WHERE {WHERE_FENCE} RETURNING k.fence"),
             Stmt::Checkpoint => format!(
-                "UPDATE idem.keys AS k SET checkpoint_phase = $4, checkpoint_data = $5 \
+                "UPDATE idem.keys AS k SET checkpoint_phase = $4, checkpoint_data = $5, \
+                   expires_at = GREATEST(k.expires_at, $6 OPERATOR(pg_catalog.+) k.ttl) \
                  WHERE {WHERE_FENCE} RETURNING k.fence"
             ),
             Stmt::AssertFence => {
@@ -204,14 +207,17 @@ fn execute<'c>(spi: &SpiClient<'c>, sql: &str, args: &[DatumWithOid<'_>]) -> Spi
     let plan = cached.unwrap_or_else(|| {
         let types: Vec<PgOid> = args.iter().map(|a| PgOid::from(a.oid())).collect();
         let plan = Rc::new(
-            spi.prepare_mut(sql, &types).unwrap_or_else(|e| errors::internal("preparing a statement", e).raise()).keep(),
+            spi.prepare_mut(sql, &types)
+                .unwrap_or_else(|e| errors::internal("preparing a statement", e).raise())
+                .keep(),
         );
         PLANS.with(|plans| plans.borrow_mut().insert(sql.to_string(), plan.clone()));
         plan
     });
     // `select` leaves the transaction read-only until a statement writes; the plan itself is
     // prepared as mutating, so each execution takes a fresh snapshot (READ COMMITTED)
-    spi.select(&*plan, None, args).unwrap_or_else(|e| errors::internal("executing a statement", e).raise())
+    spi.select(&*plan, None, args)
+        .unwrap_or_else(|e| errors::internal("executing a statement", e).raise())
 }
 
 thread_local! {
@@ -627,8 +633,17 @@ pub fn finish(
 }
 
 /// Extends the lease of the attempt holding the fence; returns the new lease_expires_at.
-pub fn heartbeat(client: &Client<'_, '_>, target: &Fenced<'_>, lease_expires_at: Micros) -> Micros {
-    let table = target.run(client, Stmt::Heartbeat, [timestamptz_arg(lease_expires_at)]);
+pub fn heartbeat(
+    client: &Client<'_, '_>,
+    target: &Fenced<'_>,
+    lease_expires_at: Micros,
+    now: Micros,
+) -> Micros {
+    let table = target.run(
+        client,
+        Stmt::Heartbeat,
+        [timestamptz_arg(lease_expires_at), timestamptz_arg(now)],
+    );
     get_i64(&table, 1).unwrap_or(lease_expires_at)
 }
 
@@ -638,8 +653,18 @@ pub fn release(client: &Client<'_, '_>, target: &Fenced<'_>) {
 }
 
 /// Records the progress of the attempt holding the fence.
-pub fn checkpoint(client: &Client<'_, '_>, target: &Fenced<'_>, phase: &str, data: Option<Jsonb>) {
-    target.run(client, Stmt::Checkpoint, [phase.into(), jsonb_arg(data)]);
+pub fn checkpoint(
+    client: &Client<'_, '_>,
+    target: &Fenced<'_>,
+    phase: &str,
+    data: Option<Jsonb>,
+    now: Micros,
+) {
+    target.run(
+        client,
+        Stmt::Checkpoint,
+        [phase.into(), jsonb_arg(data), timestamptz_arg(now)],
+    );
 }
 
 /// Locks the key's row until the end of the transaction if the fence still holds it.

@@ -30,7 +30,9 @@ const RESET: &str = "INSERT INTO idem.watermarks AS w (tenant, stream, watermark
      RETURNING w.watermark";
 
 fn seq_arg(seq: Option<i64>, argument: &str) -> i64 {
-    seq.unwrap_or_else(|| errors::null_argument(argument, "Pass the message's sequence number or offset.").raise())
+    seq.unwrap_or_else(|| {
+        errors::null_argument(argument, "Pass the message's sequence number or offset.").raise()
+    })
 }
 
 fn stream_args<'a>(tenant: Option<&'a str>, stream: Option<&'a str>) -> (&'a str, &'a str) {
@@ -42,17 +44,35 @@ fn timestamptz_arg<'a>(micros: Micros) -> DatumWithOid<'a> {
 }
 
 /// The stream's watermark: via a prepared plan of `sql` with (tenant, stream) as $1, $2.
-fn watermark(client: &store::Client<'_, '_>, sql: &'static str, tenant: &str, stream: &str) -> Option<i64> {
+fn watermark(
+    client: &store::Client<'_, '_>,
+    sql: &'static str,
+    tenant: &str,
+    stream: &str,
+) -> Option<i64> {
     client.query_one_i64(sql, &[tenant.into(), stream.into()])
 }
 
 #[pg_extern(sql = false)]
-fn idem_claim_seq(fcinfo: pg_sys::FunctionCallInfo, tenant: Option<&str>, stream: Option<&str>, seq: Option<i64>) -> Record {
+fn idem_claim_seq(
+    fcinfo: pg_sys::FunctionCallInfo,
+    tenant: Option<&str>,
+    stream: Option<&str>,
+    seq: Option<i64>,
+) -> Record {
     let (tenant, stream) = stream_args(tenant, stream);
     let seq = seq_arg(seq, "seq");
     let now = store::clock();
     let (outcome, mark) = store::with_client(|client| {
-        let advanced = client.query_one_i64(ADVANCE, &[tenant.into(), stream.into(), seq.into(), timestamptz_arg(now)]);
+        let advanced = client.query_one_i64(
+            ADVANCE,
+            &[
+                tenant.into(),
+                stream.into(),
+                seq.into(),
+                timestamptz_arg(now),
+            ],
+        );
         match advanced {
             Some(mark) => ("new", Some(mark)),
             // the row is locked by the upsert above: this reads its latest committed value
@@ -69,13 +89,25 @@ fn idem_watermark(tenant: Option<&str>, stream: Option<&str>) -> Option<i64> {
 }
 
 #[pg_extern(sql = false)]
-fn idem_reset_watermark(tenant: Option<&str>, stream: Option<&str>, seq: Option<i64>) -> Option<i64> {
+fn idem_reset_watermark(
+    tenant: Option<&str>,
+    stream: Option<&str>,
+    seq: Option<i64>,
+) -> Option<i64> {
     let (tenant, stream) = stream_args(tenant, stream);
     let seq = seq_arg(seq, "seq");
     let now = store::clock();
     store::with_client(|client| {
         let previous = watermark(client, LOCK_CURRENT, tenant, stream);
-        client.query_one_i64(RESET, &[tenant.into(), stream.into(), seq.into(), timestamptz_arg(now)]);
+        client.query_one_i64(
+            RESET,
+            &[
+                tenant.into(),
+                stream.into(),
+                seq.into(),
+                timestamptz_arg(now),
+            ],
+        );
         previous
     })
 }

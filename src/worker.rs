@@ -31,6 +31,9 @@ const RESTART_DELAY: Duration = Duration::from_secs(2);
 /// How often the launcher looks at its workers when nothing wakes it.
 const LAUNCHER_TICK: Duration = Duration::from_secs(1);
 
+/// How often a purge worker looks for CREATE EXTENSION pg_idem while it is missing.
+const EXTENSION_POLL: Duration = Duration::from_secs(1);
+
 const NAME_BYTES: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -370,12 +373,14 @@ pub extern "C-unwind" fn pg_idem_purge_main(arg: pg_sys::Datum) {
             }
             continue;
         }
+        let mut wait = Duration::from_millis(interval);
         if extension_installed() {
             reported_missing_extension = false;
             if !purge_pass(index, &database) {
                 break;
             }
         } else {
+            wait = wait.min(EXTENSION_POLL);
             update_slot(index, |slot| {
                 slot.state = WorkerState::WaitingForExtension as u8
             });
@@ -391,7 +396,7 @@ pub extern "C-unwind" fn pg_idem_purge_main(arg: pg_sys::Datum) {
                 reported_missing_extension = true;
             }
         }
-        if !BackgroundWorker::wait_latch(Some(Duration::from_millis(interval))) {
+        if !BackgroundWorker::wait_latch(Some(wait)) {
             break;
         }
     }

@@ -20,18 +20,38 @@ fn assert_common(report: &workload::Report) {
     let requests = c.requests.load(Ordering::Relaxed);
     assert!(requests >= 3000, "only {requests} requests ran");
     let duplicates = c.duplicates.load(Ordering::Relaxed);
-    assert!(duplicates * 2 >= requests, "only {duplicates} of {requests} requests were duplicates");
-    assert!(c.in_progress.load(Ordering::Relaxed) > 0, "no request ever met another in flight");
-    assert!(c.replayed.load(Ordering::Relaxed) > 0, "nothing was replayed");
-    assert_eq!(c.unexpected_errors.load(Ordering::Relaxed), 0, "unexpected errors (see stderr)");
-    assert!(report.violations.is_empty(), "invariants violated:\n{}", report.violations.join("\n"));
+    assert!(
+        duplicates * 2 >= requests,
+        "only {duplicates} of {requests} requests were duplicates"
+    );
+    assert!(
+        c.in_progress.load(Ordering::Relaxed) > 0,
+        "no request ever met another in flight"
+    );
+    assert!(
+        c.replayed.load(Ordering::Relaxed) > 0,
+        "nothing was replayed"
+    );
+    assert_eq!(
+        c.unexpected_errors.load(Ordering::Relaxed),
+        0,
+        "unexpected errors (see stderr)"
+    );
+    assert!(
+        report.violations.is_empty(),
+        "invariants violated:\n{}",
+        report.violations.join("\n")
+    );
 }
 
 #[test]
 fn one_transaction_mode_holds_its_invariants() {
     let report = run_mode(Mode::OneTransaction);
     assert_common(&report);
-    assert!(report.counters.rolled_back.load(Ordering::Relaxed) > 0, "no rollback was exercised");
+    assert!(
+        report.counters.rolled_back.load(Ordering::Relaxed) > 0,
+        "no rollback was exercised"
+    );
 }
 
 #[test]
@@ -39,7 +59,16 @@ fn lease_mode_holds_its_invariants() {
     let report = run_mode(Mode::Lease);
     assert_common(&report);
     let c = &report.counters;
-    assert!(c.stalls.load(Ordering::Relaxed) > 0, "no worker stalled past its lease");
-    assert!(c.takeovers.load(Ordering::Relaxed) > 0, "no expired lease was taken over");
-    assert!(c.stale_refused.load(Ordering::Relaxed) > 0, "no stale fence was exercised");
+    assert!(
+        c.stalls.load(Ordering::Relaxed) > 0,
+        "no worker stalled past its lease"
+    );
+    assert!(
+        c.takeovers.load(Ordering::Relaxed) > 0,
+        "no expired lease was taken over"
+    );
+    assert!(
+        c.stale_refused.load(Ordering::Relaxed) > 0,
+        "no stale fence was exercised"
+    );
 }

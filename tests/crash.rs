@@ -9,35 +9,62 @@ use pg_idem_tests::*;
 
 fn wait_until_ready(server: &Server) -> Client {
     let mut client = None;
-    wait_for("the server to accept connections again", Duration::from_secs(60), || {
-        client = Client::connect(&server.conninfo("postgres"), NoTls).ok();
-        client.is_some()
-    });
+    wait_for(
+        "the server to accept connections again",
+        Duration::from_secs(60),
+        || {
+            client = Client::connect(&server.conninfo("postgres"), NoTls).ok();
+            client.is_some()
+        },
+    );
     client.unwrap()
 }
 
 fn wait_for_purge_worker(db: &mut Client) {
-    wait_for("the purge worker to be back", Duration::from_secs(20), || {
-        db.query_one("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_idem purge'", &[])
+    wait_for(
+        "the purge worker to be back",
+        Duration::from_secs(20),
+        || {
+            db.query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_idem purge'",
+                &[],
+            )
             .map(|r| r.get::<_, i64>(0) == 1)
             .unwrap_or(false)
-    });
+        },
+    );
 }
 
 #[test]
 fn kill_9_in_the_middle_of_a_claim_transaction() {
-    let server = Server::start(&["pg_idem.purge_interval = '200ms'", "restart_after_crash = on"]);
+    let server = Server::start(&[
+        "pg_idem.purge_interval = '200ms'",
+        "restart_after_crash = on",
+    ]);
     let mut setup = server.client();
-    setup.batch_execute("CREATE TABLE payments (key text, fence bigint)").unwrap();
+    setup
+        .batch_execute("CREATE TABLE payments (key text, fence bigint)")
+        .unwrap();
     let done = claim(&mut setup, "t", "done", "h");
-    complete(&mut setup, "t", "done", done.fence.unwrap(), 201, r#"{"kept": true}"#);
+    complete(
+        &mut setup,
+        "t",
+        "done",
+        done.fence.unwrap(),
+        201,
+        r#"{"kept": true}"#,
+    );
 
     let mut victim = server.client();
-    let pid: i32 = victim.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    let pid: i32 = victim
+        .query_one("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0);
     let mut tx = victim.transaction().unwrap();
     let c = claim(&mut tx, "t", "k", "h");
     assert_eq!(c.outcome, "claimed");
-    tx.execute("INSERT INTO payments VALUES ('k', $1)", &[&c.fence]).unwrap();
+    tx.execute("INSERT INTO payments VALUES ('k', $1)", &[&c.fence])
+        .unwrap();
     // a concurrent claim sees the uncommitted claim
     assert_eq!(claim(&mut setup, "t", "k", "h").outcome, "in_progress");
     kill_9(pid);
@@ -48,15 +75,33 @@ fn kill_9_in_the_middle_of_a_claim_transaction() {
 
     let mut db = wait_until_ready(&server);
     let again = claim(&mut db, "t", "k", "h");
-    assert_eq!(again.outcome, "claimed", "the killed transaction's claim must be gone");
+    assert_eq!(
+        again.outcome, "claimed",
+        "the killed transaction's claim must be gone"
+    );
     assert_eq!(again.attempt, Some(1));
-    assert!(again.fence.unwrap() > c.fence.unwrap(), "fences keep growing across a crash");
-    let payments: i64 = db.query_one("SELECT count(*) FROM payments", &[]).unwrap().get(0);
-    assert_eq!(payments, 0, "the killed transaction's business write must be gone");
+    assert!(
+        again.fence.unwrap() > c.fence.unwrap(),
+        "fences keep growing across a crash"
+    );
+    let payments: i64 = db
+        .query_one("SELECT count(*) FROM payments", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        payments, 0,
+        "the killed transaction's business write must be gone"
+    );
     let replay = claim(&mut db, "t", "done", "h");
-    assert_eq!((replay.outcome.as_str(), replay.response_body.as_deref()), ("completed", Some(r#"{"kept": true}"#)));
+    assert_eq!(
+        (replay.outcome.as_str(), replay.response_body.as_deref()),
+        ("completed", Some(r#"{"kept": true}"#))
+    );
     wait_for_purge_worker(&mut db);
-    assert!(server.log().contains("terminated by signal 9"), "the kill did happen");
+    assert!(
+        server.log().contains("terminated by signal 9"),
+        "the kill did happen"
+    );
 }
 
 #[test]
@@ -64,21 +109,39 @@ fn immediate_shutdown_and_restart_keep_every_state() {
     let server = Server::start(&["pg_idem.purge_interval = '200ms'"]);
     let mut db = server.client();
     let completed = claim(&mut db, "t", "completed", "h");
-    complete(&mut db, "t", "completed", completed.fence.unwrap(), 201, r#"{"amount": 10.50}"#);
+    complete(
+        &mut db,
+        "t",
+        "completed",
+        completed.fence.unwrap(),
+        201,
+        r#"{"amount": 10.50}"#,
+    );
     let failed = claim(&mut db, "t", "failed", "h");
-    db.execute("SELECT idem_fail_final('t', 'failed', $1, 402, '{\"error\": \"declined\"}')", &[&failed.fence]).unwrap();
+    db.execute(
+        "SELECT idem_fail_final('t', 'failed', $1, 402, '{\"error\": \"declined\"}')",
+        &[&failed.fence],
+    )
+    .unwrap();
     let stalled = claim_with(&mut db, "t", "stalled", "h", "1500 ms", None);
-    db.execute("SELECT idem_checkpoint('t', 'stalled', $1, 'charged', '{\"charge\": \"ch_1\"}')", &[&stalled.fence])
-        .unwrap();
+    db.execute(
+        "SELECT idem_checkpoint('t', 'stalled', $1, 'charged', '{\"charge\": \"ch_1\"}')",
+        &[&stalled.fence],
+    )
+    .unwrap();
     let live = claim_with(&mut db, "t", "live", "h", "10 min", None);
-    db.query_one("SELECT * FROM idem_claim_seq('t', 'stream', 41)", &[]).unwrap();
+    db.query_one("SELECT * FROM idem_claim_seq('t', 'stream', 41)", &[])
+        .unwrap();
     let before: Vec<String> = db
         .query("SELECT k::text FROM idem.keys k ORDER BY tenant, key", &[])
         .unwrap()
         .iter()
         .map(|r| r.get(0))
         .collect();
-    let max_fence: i64 = db.query_one("SELECT max(fence) FROM idem.keys", &[]).unwrap().get(0);
+    let max_fence: i64 = db
+        .query_one("SELECT max(fence) FROM idem.keys", &[])
+        .unwrap()
+        .get(0);
     drop(db);
 
     server.stop("immediate");
@@ -90,23 +153,45 @@ fn immediate_shutdown_and_restart_keep_every_state() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(before, after, "committed keys must survive an immediate shutdown unchanged");
+    assert_eq!(
+        before, after,
+        "committed keys must survive an immediate shutdown unchanged"
+    );
 
     let r = claim(&mut db, "t", "completed", "h");
-    assert_eq!((r.outcome.as_str(), r.response_code, r.response_body.as_deref()), ("completed", Some(201), Some(r#"{"amount": 10.50}"#)));
+    assert_eq!(
+        (
+            r.outcome.as_str(),
+            r.response_code,
+            r.response_body.as_deref()
+        ),
+        ("completed", Some(201), Some(r#"{"amount": 10.50}"#))
+    );
     let r = claim(&mut db, "t", "failed", "h");
     assert_eq!((r.outcome.as_str(), r.response_code), ("failed", Some(402)));
-    assert_eq!(claim(&mut db, "t", "live", "h").outcome, "in_progress", "a live lease survives");
+    assert_eq!(
+        claim(&mut db, "t", "live", "h").outcome,
+        "in_progress",
+        "a live lease survives"
+    );
     complete(&mut db, "t", "live", live.fence.unwrap(), 200, "{}");
     // the stalled attempt is taken over once its lease has passed, with its checkpoint
     thread::sleep(Duration::from_millis(1600));
     let takeover = claim(&mut db, "t", "stalled", "h");
     assert_eq!(takeover.outcome, "claimed");
     assert_eq!(takeover.attempt, Some(2));
-    assert!(takeover.fence.unwrap() > max_fence, "a fence handed out after the restart is larger than all before");
+    assert!(
+        takeover.fence.unwrap() > max_fence,
+        "a fence handed out after the restart is larger than all before"
+    );
     assert_eq!(takeover.checkpoint_phase.as_deref(), Some("charged"));
-    let (outcome, mark): (String, i64) =
-        db.query_one("SELECT outcome, watermark FROM idem_claim_seq('t', 'stream', 41)", &[]).map(|r| (r.get(0), r.get(1))).unwrap();
+    let (outcome, mark): (String, i64) = db
+        .query_one(
+            "SELECT outcome, watermark FROM idem_claim_seq('t', 'stream', 41)",
+            &[],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
     assert_eq!((outcome.as_str(), mark), ("duplicate", 41));
     wait_for_purge_worker(&mut db);
 }

@@ -40,7 +40,10 @@ fn claim_many_claims_a_batch_in_input_order() {
         ]
         .map(|(k, o)| (k.to_string(), o.to_string()))
     );
-    assert_eq!(rows[1].get::<_, Option<String>>(5).as_deref(), Some(r#"{"n": 1}"#));
+    assert_eq!(
+        rows[1].get::<_, Option<String>>(5).as_deref(),
+        Some(r#"{"n": 1}"#)
+    );
     let f1: i64 = rows[0].get(2);
     let f2: i64 = rows[5].get(2);
     assert!(f2 > f1);
@@ -48,7 +51,11 @@ fn claim_many_claims_a_batch_in_input_order() {
 
     // the batch runs in the caller's transaction: a rollback undoes every claim of it
     let mut tx = db.transaction().unwrap();
-    tx.query("SELECT * FROM idem_claim_many('t', ARRAY['r1', 'r2'], ARRAY['h', 'h'])", &[]).unwrap();
+    tx.query(
+        "SELECT * FROM idem_claim_many('t', ARRAY['r1', 'r2'], ARRAY['h', 'h'])",
+        &[],
+    )
+    .unwrap();
     tx.rollback().unwrap();
     assert_eq!(claim(&mut db, "t", "r1", "h").outcome, "claimed");
 
@@ -70,7 +77,10 @@ fn claim_many_claims_a_batch_in_input_order() {
     let keys: Vec<String> = (0..1000).map(|i| format!("bulk-{i}")).collect();
     let hashes = vec!["h".to_string(); 1000];
     let claimed: i64 = db
-        .query_one("SELECT count(*) FROM idem_claim_many('t', $1, $2) WHERE outcome = 'claimed'", &[&keys, &hashes])
+        .query_one(
+            "SELECT count(*) FROM idem_claim_many('t', $1, $2) WHERE outcome = 'claimed'",
+            &[&keys, &hashes],
+        )
         .unwrap()
         .get(0);
     assert_eq!(claimed, 1000, "a batch at the limit is accepted");
@@ -81,7 +91,12 @@ fn stream_watermarks_dedup_and_roll_back() {
     let server = Server::start(&[]);
     let mut db = server.client();
     let seq = |db: &mut Client, s: i64| -> (String, i64) {
-        let r = db.query_one("SELECT outcome, watermark FROM idem_claim_seq('t', 'p0', $1)", &[&s]).unwrap();
+        let r = db
+            .query_one(
+                "SELECT outcome, watermark FROM idem_claim_seq('t', 'p0', $1)",
+                &[&s],
+            )
+            .unwrap();
         (r.get(0), r.get(1))
     };
     assert_eq!(seq(&mut db, 10), ("new".into(), 10));
@@ -90,28 +105,45 @@ fn stream_watermarks_dedup_and_roll_back() {
     assert_eq!(seq(&mut db, 11), ("new".into(), 11));
     // a rollback undoes the watermark
     let mut tx = db.transaction().unwrap();
-    let r = tx.query_one("SELECT outcome FROM idem_claim_seq('t', 'p0', 20)", &[]).unwrap();
+    let r = tx
+        .query_one("SELECT outcome FROM idem_claim_seq('t', 'p0', 20)", &[])
+        .unwrap();
     assert_eq!(r.get::<_, String>(0), "new");
     tx.rollback().unwrap();
     assert_eq!(seq(&mut db, 20), ("new".into(), 20));
     // streams and tenants are independent; one row per stream whatever the message count
     assert_eq!(seq(&mut db, 21).0, "new");
-    db.query_one("SELECT * FROM idem_claim_seq('other-tenant', 'p0', 5)", &[]).unwrap();
+    db.query_one("SELECT * FROM idem_claim_seq('other-tenant', 'p0', 5)", &[])
+        .unwrap();
     for s in 100..300 {
-        db.query_one("SELECT * FROM idem_claim_seq('t', 'p1', $1)", &[&(s as i64)]).unwrap();
+        db.query_one(
+            "SELECT * FROM idem_claim_seq('t', 'p1', $1)",
+            &[&(s as i64)],
+        )
+        .unwrap();
     }
-    let rows: i64 = db.query_one("SELECT count(*) FROM idem.watermarks", &[]).unwrap().get(0);
+    let rows: i64 = db
+        .query_one("SELECT count(*) FROM idem.watermarks", &[])
+        .unwrap()
+        .get(0);
     assert_eq!(rows, 3);
     let (mark, previous, after): (Option<i64>, Option<i64>, Option<i64>) = db
         .query_one("SELECT idem_watermark('t', 'p1'), idem_reset_watermark('t', 'p1', 150), idem_watermark('t', 'p1')", &[])
         .map(|r| (r.get(0), r.get(1), r.get(2)))
         .unwrap();
     assert_eq!((mark, previous, after), (Some(299), Some(299), Some(150)));
-    let none: Option<i64> = db.query_one("SELECT idem_watermark('t', 'never')", &[]).unwrap().get(0);
+    let none: Option<i64> = db
+        .query_one("SELECT idem_watermark('t', 'never')", &[])
+        .unwrap()
+        .get(0);
     assert_eq!(none, None);
-    let err = db.query_one("SELECT * FROM idem_claim_seq('t', 'p0', NULL)", &[]).unwrap_err();
+    let err = db
+        .query_one("SELECT * FROM idem_claim_seq('t', 'p0', NULL)", &[])
+        .unwrap_err();
     assert_eq!(sqlstate(&err), "22004");
-    let err = db.query_one("SELECT * FROM idem_claim_seq('t', '', 1)", &[]).unwrap_err();
+    let err = db
+        .query_one("SELECT * FROM idem_claim_seq('t', '', 1)", &[])
+        .unwrap_err();
     assert_eq!(sqlstate(&err), "22023");
 }
 
@@ -123,25 +155,43 @@ fn concurrent_calls_on_one_stream_serialise() {
     for (finish, expected) in [("COMMIT", "duplicate"), ("ROLLBACK", "new")] {
         let stream = format!("s-{finish}");
         a.batch_execute("BEGIN").unwrap();
-        let first: String = a.query_one("SELECT outcome FROM idem_claim_seq('t', $1, 7)", &[&stream]).unwrap().get(0);
+        let first: String = a
+            .query_one("SELECT outcome FROM idem_claim_seq('t', $1, 7)", &[&stream])
+            .unwrap()
+            .get(0);
         assert_eq!(first, "new");
         let conninfo = server.conninfo("postgres");
         let (tx, rx) = mpsc::channel();
         let stream2 = stream.clone();
         let waiter = thread::spawn(move || {
             let mut b = Client::connect(&conninfo, NoTls).unwrap();
-            let outcome: String = b.query_one("SELECT outcome FROM idem_claim_seq('t', $1, 7)", &[&stream2]).unwrap().get(0);
+            let outcome: String = b
+                .query_one(
+                    "SELECT outcome FROM idem_claim_seq('t', $1, 7)",
+                    &[&stream2],
+                )
+                .unwrap()
+                .get(0);
             tx.send(outcome).unwrap();
         });
-        assert!(rx.recv_timeout(Duration::from_millis(500)).is_err(), "the second call must wait for the first");
+        assert!(
+            rx.recv_timeout(Duration::from_millis(500)).is_err(),
+            "the second call must wait for the first"
+        );
         a.batch_execute(finish).unwrap();
-        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), expected, "after {finish}");
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+            expected,
+            "after {finish}"
+        );
         waiter.join().unwrap();
     }
 
     // eight consumers read the same ordered stream: every message is processed exactly once
     let mut setup = server.client();
-    setup.batch_execute("CREATE TABLE processed (seq bigint)").unwrap();
+    setup
+        .batch_execute("CREATE TABLE processed (seq bigint)")
+        .unwrap();
     thread::scope(|s| {
         for _ in 0..8 {
             let conninfo = server.conninfo("postgres");
@@ -149,10 +199,16 @@ fn concurrent_calls_on_one_stream_serialise() {
                 let mut c = Client::connect(&conninfo, NoTls).unwrap();
                 for seq in 1..=200i64 {
                     let mut tx = c.transaction().unwrap();
-                    let outcome: String =
-                        tx.query_one("SELECT outcome FROM idem_claim_seq('t', 'shared', $1)", &[&seq]).unwrap().get(0);
+                    let outcome: String = tx
+                        .query_one(
+                            "SELECT outcome FROM idem_claim_seq('t', 'shared', $1)",
+                            &[&seq],
+                        )
+                        .unwrap()
+                        .get(0);
                     if outcome == "new" {
-                        tx.execute("INSERT INTO processed VALUES ($1)", &[&seq]).unwrap();
+                        tx.execute("INSERT INTO processed VALUES ($1)", &[&seq])
+                            .unwrap();
                     }
                     tx.commit().unwrap();
                 }
@@ -172,19 +228,43 @@ fn a_takeover_resumes_from_the_last_checkpoint() {
     let mut a = server.client();
     let mut b = server.client();
     let first = claim_with(&mut a, "t", "job", "h", "300 ms", None);
-    let step_key: String = a.query_one("SELECT idem_downstream_key('t', 'job', 'charge')::text", &[]).unwrap().get(0);
-    a.execute("SELECT idem_checkpoint('t', 'job', $1, 'charged', '{\"charge_id\": \"ch_42\"}')", &[&fence_of(&first)])
-        .unwrap();
+    let step_key: String = a
+        .query_one(
+            "SELECT idem_downstream_key('t', 'job', 'charge')::text",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    a.execute(
+        "SELECT idem_checkpoint('t', 'job', $1, 'charged', '{\"charge_id\": \"ch_42\"}')",
+        &[&fence_of(&first)],
+    )
+    .unwrap();
     // worker A stalls; B takes over and gets the checkpoint, and the same downstream key
     thread::sleep(Duration::from_millis(400));
     let second = claim(&mut b, "t", "job", "h");
     assert_eq!(second.outcome, "claimed");
     assert_eq!(second.attempt, Some(2));
     assert_eq!(second.checkpoint_phase.as_deref(), Some("charged"));
-    assert_eq!(second.checkpoint_data.as_deref(), Some(r#"{"charge_id": "ch_42"}"#));
-    let again: String = b.query_one("SELECT idem_downstream_key('t', 'job', 'charge')::text", &[]).unwrap().get(0);
-    assert_eq!(again, step_key, "every attempt of a step reuses its downstream key");
-    let other_step: String = b.query_one("SELECT idem_downstream_key('t', 'job', 'email')::text", &[]).unwrap().get(0);
+    assert_eq!(
+        second.checkpoint_data.as_deref(),
+        Some(r#"{"charge_id": "ch_42"}"#)
+    );
+    let again: String = b
+        .query_one(
+            "SELECT idem_downstream_key('t', 'job', 'charge')::text",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        again, step_key,
+        "every attempt of a step reuses its downstream key"
+    );
+    let other_step: String = b
+        .query_one("SELECT idem_downstream_key('t', 'job', 'email')::text", &[])
+        .unwrap()
+        .get(0);
     assert_ne!(other_step, step_key);
     // the documented formula, so other languages can derive it: uuid5(ns, tenant \0 key \0 step)
     let documented: String = b
@@ -194,20 +274,36 @@ fn a_takeover_resumes_from_the_last_checkpoint() {
     assert_eq!(documented, "3dd205ce-246b-5aac-a799-e95732144788");
     // A's late checkpoint is refused; B's progresses
     let err = a
-        .execute("SELECT idem_checkpoint('t', 'job', $1, 'emailed', NULL)", &[&fence_of(&first)])
+        .execute(
+            "SELECT idem_checkpoint('t', 'job', $1, 'emailed', NULL)",
+            &[&fence_of(&first)],
+        )
         .unwrap_err();
     assert_eq!(sqlstate(&err), "55000");
-    b.execute("SELECT idem_checkpoint('t', 'job', $1, 'emailed', NULL)", &[&fence_of(&second)]).unwrap();
+    b.execute(
+        "SELECT idem_checkpoint('t', 'job', $1, 'emailed', NULL)",
+        &[&fence_of(&second)],
+    )
+    .unwrap();
     complete(&mut b, "t", "job", fence_of(&second), 200, "{}");
     // a fresh claim after expiry or release starts without a checkpoint
     let fresh = claim(&mut b, "t", "job2", "h");
     assert_eq!(fresh.checkpoint_phase, None);
-    let err = b.execute("SELECT idem_checkpoint('t', 'job2', $1, NULL)", &[&fence_of(&fresh)]).unwrap_err();
+    let err = b
+        .execute(
+            "SELECT idem_checkpoint('t', 'job2', $1, NULL)",
+            &[&fence_of(&fresh)],
+        )
+        .unwrap_err();
     assert_eq!(sqlstate(&err), "22004");
-    b.batch_execute("SET pg_idem.max_response_bytes = '1kB'").unwrap();
+    b.batch_execute("SET pg_idem.max_response_bytes = '1kB'")
+        .unwrap();
     let big = format!(r#"{{"x": "{}"}}"#, "y".repeat(2000));
     let err = b
-        .execute("SELECT idem_checkpoint('t', 'job2', $1, 'p', $2::text::jsonb)", &[&fence_of(&fresh), &big])
+        .execute(
+            "SELECT idem_checkpoint('t', 'job2', $1, 'p', $2::text::jsonb)",
+            &[&fence_of(&fresh), &big],
+        )
         .unwrap_err();
     assert_eq!(sqlstate(&err), "54000");
 }
@@ -217,16 +313,29 @@ fn assert_fence_guards_the_final_business_writes() {
     let server = Server::start(&[]);
     let mut a = server.client();
     let mut b = server.client();
-    a.batch_execute("CREATE TABLE ledger (key text, fence bigint)").unwrap();
+    a.batch_execute("CREATE TABLE ledger (key text, fence bigint)")
+        .unwrap();
     let first = claim_with(&mut a, "t", "k", "h", "200 ms", None);
     thread::sleep(Duration::from_millis(300));
     // A finishes late, but nobody took over yet: its guard holds the key until it commits
     let mut tx = a.transaction().unwrap();
-    tx.execute("SELECT idem_assert_fence('t', 'k', $1)", &[&fence_of(&first)]).unwrap();
+    tx.execute(
+        "SELECT idem_assert_fence('t', 'k', $1)",
+        &[&fence_of(&first)],
+    )
+    .unwrap();
     let started = Instant::now();
-    assert_eq!(claim(&mut b, "t", "k", "h").outcome, "in_progress", "no takeover while the guard holds");
-    assert!(started.elapsed() < Duration::from_secs(2), "the claim waited on the guard");
-    tx.execute("INSERT INTO ledger VALUES ('k', $1)", &[&fence_of(&first)]).unwrap();
+    assert_eq!(
+        claim(&mut b, "t", "k", "h").outcome,
+        "in_progress",
+        "no takeover while the guard holds"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the claim waited on the guard"
+    );
+    tx.execute("INSERT INTO ledger VALUES ('k', $1)", &[&fence_of(&first)])
+        .unwrap();
     complete(&mut tx, "t", "k", fence_of(&first), 200, "{}");
     tx.commit().unwrap();
     assert_eq!(claim(&mut b, "t", "k", "h").outcome, "completed");
@@ -236,9 +345,16 @@ fn assert_fence_guards_the_final_business_writes() {
     thread::sleep(Duration::from_millis(200));
     let new = claim(&mut b, "t", "k2", "h");
     assert_eq!(new.outcome, "claimed");
-    let err = a.execute("SELECT idem_assert_fence('t', 'k2', $1)", &[&fence_of(&old)]).unwrap_err();
+    let err = a
+        .execute(
+            "SELECT idem_assert_fence('t', 'k2', $1)",
+            &[&fence_of(&old)],
+        )
+        .unwrap_err();
     assert_eq!(sqlstate(&err), "55000");
-    let err = a.execute("SELECT idem_assert_fence('t', 'nope', 1)", &[]).unwrap_err();
+    let err = a
+        .execute("SELECT idem_assert_fence('t', 'nope', 1)", &[])
+        .unwrap_err();
     assert_eq!(sqlstate(&err), "P0002");
 }
 
@@ -253,7 +369,11 @@ fn statistics_count_what_happened() {
     claim(&mut db, "ta", "k1", "h"); // replay
     claim(&mut db, "ta", "k1", "x"); // mismatch
     let f = claim(&mut db, "tb", "k1", "h");
-    db.execute("SELECT idem_fail_final('tb', 'k1', $1, 500)", &[&fence_of(&f)]).unwrap();
+    db.execute(
+        "SELECT idem_fail_final('tb', 'k1', $1, 500)",
+        &[&fence_of(&f)],
+    )
+    .unwrap();
     claim(&mut db, "tb", "k1", "h"); // failed replay
     let s = claim_with(&mut db, "tb", "stall", "h", "50 ms", None);
     thread::sleep(Duration::from_millis(100));
@@ -263,12 +383,28 @@ fn statistics_count_what_happened() {
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
         .collect();
-    assert_eq!(stalled, vec![("tb".to_string(), "stall".to_string(), fence_of(&s))]);
-    let none: i64 = db.query_one("SELECT count(*) FROM idem_stalled('1 hour')", &[]).unwrap().get(0);
-    assert_eq!(none, 0);
-    let stats = db.query_one("SELECT keys_in_progress, keys_completed, keys_failed, keys_stalled FROM idem_stats()", &[]).unwrap();
     assert_eq!(
-        (stats.get::<_, i64>(0), stats.get::<_, i64>(1), stats.get::<_, i64>(2), stats.get::<_, i64>(3)),
+        stalled,
+        vec![("tb".to_string(), "stall".to_string(), fence_of(&s))]
+    );
+    let none: i64 = db
+        .query_one("SELECT count(*) FROM idem_stalled('1 hour')", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(none, 0);
+    let stats = db
+        .query_one(
+            "SELECT keys_in_progress, keys_completed, keys_failed, keys_stalled FROM idem_stats()",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        (
+            stats.get::<_, i64>(0),
+            stats.get::<_, i64>(1),
+            stats.get::<_, i64>(2),
+            stats.get::<_, i64>(3)
+        ),
         (1, 1, 1, 1)
     );
     claim(&mut db, "tb", "stall", "h"); // takeover
@@ -277,7 +413,10 @@ fn statistics_count_what_happened() {
     let e = claim_with(&mut db, "tb", "gone", "h", "1 ms", Some("1 ms"));
     complete(&mut db, "tb", "gone", fence_of(&e), 200, "{}");
     thread::sleep(Duration::from_millis(20));
-    let expired: i64 = db.query_one("SELECT keys_expired FROM idem_stats()", &[]).unwrap().get(0);
+    let expired: i64 = db
+        .query_one("SELECT keys_expired FROM idem_stats()", &[])
+        .unwrap()
+        .get(0);
     assert_eq!(expired, 1);
     db.query_one("SELECT idem_purge()", &[]).unwrap();
 
@@ -289,17 +428,33 @@ fn statistics_count_what_happened() {
         )
         .unwrap();
     let got: Vec<i64> = (0..8).map(|i| row.get(i)).collect();
-    assert_eq!(got, vec![5, 1, 1, 1, 1, 1, 1, 1], "claims, replays, failed replays, in_progress, mismatches, takeovers, stale fences, purged");
+    assert_eq!(
+        got,
+        vec![5, 1, 1, 1, 1, 1, 1, 1],
+        "claims, replays, failed replays, in_progress, mismatches, takeovers, stale fences, purged"
+    );
     let per_tenant: Vec<(String, i64, i64, i64)> = db
-        .query("SELECT tenant, claims, replays, mismatches FROM idem_tenant_stats() ORDER BY tenant", &[])
+        .query(
+            "SELECT tenant, claims, replays, mismatches FROM idem_tenant_stats() ORDER BY tenant",
+            &[],
+        )
         .unwrap()
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
         .collect();
-    assert_eq!(per_tenant, vec![("ta".into(), 1, 1, 1), ("tb".into(), 4, 1, 0)]);
-    let reset: bool = db.query_one("SELECT idem_stats_reset()", &[]).unwrap().get(0);
+    assert_eq!(
+        per_tenant,
+        vec![("ta".into(), 1, 1, 1), ("tb".into(), 4, 1, 0)]
+    );
+    let reset: bool = db
+        .query_one("SELECT idem_stats_reset()", &[])
+        .unwrap()
+        .get(0);
     assert!(reset);
-    let claims: i64 = db.query_one("SELECT claims FROM idem_counters()", &[]).unwrap().get(0);
+    let claims: i64 = db
+        .query_one("SELECT claims FROM idem_counters()", &[])
+        .unwrap()
+        .get(0);
     assert_eq!(claims, 0);
 }
 
@@ -316,19 +471,43 @@ fn stale_uuidv7_keys_are_refused_when_asked() {
         )
         .unwrap()
         .get(0);
-    let old = format!("{}-{}-{}-{}-{}", &old[0..8], &old[8..12], &old[12..16], &old[16..20], &old[20..32]);
-    assert_eq!(claim(&mut db, "t", &old, "h").outcome, "claimed", "the guard is off by default");
-    db.batch_execute("SET pg_idem.reject_stale_uuidv7 = on").unwrap();
+    let old = format!(
+        "{}-{}-{}-{}-{}",
+        &old[0..8],
+        &old[8..12],
+        &old[12..16],
+        &old[16..20],
+        &old[20..32]
+    );
+    assert_eq!(
+        claim(&mut db, "t", &old, "h").outcome,
+        "claimed",
+        "the guard is off by default"
+    );
+    db.batch_execute("SET pg_idem.reject_stale_uuidv7 = on")
+        .unwrap();
     // an existing key is replayed as usual; an absent old key is refused
     let existing = claim(&mut db, "t", &old, "h");
     assert_eq!(existing.outcome, "in_progress");
     let other_old = old.replace("7abc", "7abd");
     assert_eq!(claim(&mut db, "t", &other_old, "h").outcome, "stale_key");
-    let exists: i64 = db.query_one("SELECT count(*) FROM idem.keys WHERE key = $1", &[&other_old]).unwrap().get(0);
+    let exists: i64 = db
+        .query_one(
+            "SELECT count(*) FROM idem.keys WHERE key = $1",
+            &[&other_old],
+        )
+        .unwrap()
+        .get(0);
     assert_eq!(exists, 0, "a stale key is not stored");
-    let fresh: String = db.query_one("SELECT idem_new_key()::text", &[]).unwrap().get(0);
+    let fresh: String = db
+        .query_one("SELECT idem_new_key()::text", &[])
+        .unwrap()
+        .get(0);
     assert_eq!(claim(&mut db, "t", &fresh, "h").outcome, "claimed");
     assert_eq!(claim(&mut db, "t", "not-a-uuid", "h").outcome, "claimed");
     // the ttl decides what is stale
-    assert_eq!(claim_with(&mut db, "t", &other_old, "h", "1 min", Some("3 days")).outcome, "claimed");
+    assert_eq!(
+        claim_with(&mut db, "t", &other_old, "h", "1 min", Some("3 days")).outcome,
+        "claimed"
+    );
 }

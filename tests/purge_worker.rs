@@ -16,14 +16,19 @@ fn insert_expired(db: &mut Client, tenant: &str, n: i64) {
          SELECT $1, 'expired-' || g, sha256(g::text::bytea), nextval('idem.fence_seq'), 1, 'c', \
                 now() - interval '2 days', NULL, now() - interval '1 day', now() - interval '1 day', \
                 interval '1 day', 200, '{\"ok\": true}' \
-         FROM generate_series(1, $2) AS g",
+         FROM generate_series(1, $2::bigint) AS g",
         &[&tenant, &n],
     )
     .expect("insert expired keys");
 }
 
 fn count_keys(db: &mut Client, pattern: &str) -> i64 {
-    db.query_one("SELECT count(*) FROM idem.keys WHERE key LIKE $1", &[&pattern]).unwrap().get(0)
+    db.query_one(
+        "SELECT count(*) FROM idem.keys WHERE key LIKE $1",
+        &[&pattern],
+    )
+    .unwrap()
+    .get(0)
 }
 
 fn worker_pid(db: &mut Client, database: &str) -> Option<i32> {
@@ -56,11 +61,28 @@ fn expired_keys_vanish_within_two_intervals_and_live_ones_stay() {
     complete(&mut db, "t", "expired-api", e.fence.unwrap(), 200, "{}");
 
     let started = Instant::now();
-    wait_for("the purge worker to delete expired keys", Duration::from_secs(10), || count_keys(&mut db, "expired-%") == 0);
-    assert!(started.elapsed() <= Duration::from_millis(1000 + 500), "took {:?}, more than two intervals", started.elapsed());
-    assert_eq!(count_keys(&mut db, "kept-%"), 3, "the worker deleted a key it must keep");
+    wait_for(
+        "the purge worker to delete expired keys",
+        Duration::from_secs(10),
+        || count_keys(&mut db, "expired-%") == 0,
+    );
+    assert!(
+        started.elapsed() <= Duration::from_millis(1000 + 500),
+        "took {:?}, more than two intervals",
+        started.elapsed()
+    );
+    assert_eq!(
+        count_keys(&mut db, "kept-%"),
+        3,
+        "the worker deleted a key it must keep"
+    );
 
-    let row = db.query_one("SELECT total_keys, last_pass_at IS NOT NULL, state FROM idem_purge_status()", &[]).unwrap();
+    let row = db
+        .query_one(
+            "SELECT total_keys, last_pass_at IS NOT NULL, state FROM idem_purge_status()",
+            &[],
+        )
+        .unwrap();
     let (total, passed, state): (i64, bool, String) = (row.get(0), row.get(1), row.get(2));
     assert_eq!(total, 2001);
     assert!(passed);
@@ -76,7 +98,10 @@ fn expired_keys_vanish_within_two_intervals_and_live_ones_stay() {
 
 #[test]
 fn a_pass_never_blocks_or_fails_concurrent_claims() {
-    let server = Server::start(&["pg_idem.purge_interval = '100ms'", "pg_idem.purge_batch_size = 2000"]);
+    let server = Server::start(&[
+        "pg_idem.purge_interval = '100ms'",
+        "pg_idem.purge_batch_size = 2000",
+    ]);
     let mut db = server.client();
     insert_expired(&mut db, "t", 150_000);
     let stop = AtomicBool::new(false);
@@ -122,79 +147,166 @@ fn a_pass_never_blocks_or_fails_concurrent_claims() {
         stop.store(true, Ordering::Relaxed);
     });
     let worst = Duration::from_micros(worst_us.load(Ordering::Relaxed));
-    println!("{} claims while purging, worst {:?}", requests.load(Ordering::Relaxed), worst);
+    println!(
+        "{} claims while purging, worst {:?}",
+        requests.load(Ordering::Relaxed),
+        worst
+    );
     assert!(requests.load(Ordering::Relaxed) > 100);
-    assert!(worst < Duration::from_secs(2), "a claim took {worst:?} during the purge");
-    let live: i64 = db.query_one("SELECT count(*) FROM idem.keys WHERE key LIKE 'live-%'", &[]).unwrap().get(0);
-    assert_eq!(live as u64, requests.load(Ordering::Relaxed), "the purge deleted live keys");
+    assert!(
+        worst < Duration::from_secs(2),
+        "a claim took {worst:?} during the purge"
+    );
+    let live: i64 = db
+        .query_one(
+            "SELECT count(*) FROM idem.keys WHERE key LIKE 'live-%'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        live as u64,
+        requests.load(Ordering::Relaxed),
+        "the purge deleted live keys"
+    );
 }
 
 #[test]
 fn a_terminated_worker_comes_back() {
     let server = Server::start(&["pg_idem.purge_interval = '200ms'"]);
     let mut db = server.client();
-    wait_for("the purge worker", Duration::from_secs(10), || worker_pid(&mut db, "postgres").is_some());
+    wait_for("the purge worker", Duration::from_secs(10), || {
+        worker_pid(&mut db, "postgres").is_some()
+    });
     let first = worker_pid(&mut db, "postgres").unwrap();
-    let terminated: bool = db.query_one("SELECT pg_terminate_backend($1)", &[&first]).unwrap().get(0);
-    assert!(terminated);
-    wait_for("a new purge worker", Duration::from_secs(8), || worker_pid(&mut db, "postgres").is_some_and(|p| p != first));
-    // and it purges
-    insert_expired(&mut db, "t", 100);
-    wait_for("the new worker to purge", Duration::from_secs(5), || count_keys(&mut db, "expired-%") == 0);
-    // the launcher comes back too
-    let launcher: i32 = db
-        .query_one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idem launcher'", &[])
+    let terminated: bool = db
+        .query_one("SELECT pg_terminate_backend($1)", &[&first])
         .unwrap()
         .get(0);
-    db.query_one("SELECT pg_terminate_backend($1)", &[&launcher]).unwrap();
+    assert!(terminated);
+    wait_for("a new purge worker", Duration::from_secs(8), || {
+        worker_pid(&mut db, "postgres").is_some_and(|p| p != first)
+    });
+    // and it purges
+    insert_expired(&mut db, "t", 100);
+    wait_for("the new worker to purge", Duration::from_secs(5), || {
+        count_keys(&mut db, "expired-%") == 0
+    });
+    // the launcher comes back too
+    let launcher: i32 = db
+        .query_one(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idem launcher'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    db.query_one("SELECT pg_terminate_backend($1)", &[&launcher])
+        .unwrap();
     wait_for("a new launcher", Duration::from_secs(15), || {
-        db.query_opt("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idem launcher'", &[])
-            .unwrap()
-            .is_some_and(|r| r.get::<_, i32>(0) != launcher)
+        db.query_opt(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idem launcher'",
+            &[],
+        )
+        .unwrap()
+        .is_some_and(|r| r.get::<_, i32>(0) != launcher)
     });
     thread::sleep(Duration::from_secs(3));
     let workers: i64 = db
-        .query_one("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_idem purge'", &[])
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_idem purge'",
+            &[],
+        )
         .unwrap()
         .get(0);
-    assert_eq!(workers, 1, "a restarted launcher must not start a second worker");
+    assert_eq!(
+        workers, 1,
+        "a restarted launcher must not start a second worker"
+    );
 }
 
 #[test]
 fn missing_extension_is_logged_once_and_purging_starts_after_create_extension() {
-    let server = Server::start_bare(&["shared_preload_libraries = 'pg_idem'", "pg_idem.purge_interval = '200ms'"]);
+    let server = Server::start_bare(&[
+        "shared_preload_libraries = 'pg_idem'",
+        "pg_idem.purge_interval = '200ms'",
+    ]);
     thread::sleep(Duration::from_secs(2));
     let log = server.log();
-    assert_eq!(occurrences(&log, "extension \"pg_idem\" is not installed in database \"postgres\""), 1, "{log}");
-    assert_eq!(occurrences(&log, "exited with exit code"), 0, "the worker crash-looped:\n{log}");
+    assert_eq!(
+        occurrences(
+            &log,
+            "extension \"pg_idem\" is not installed in database \"postgres\""
+        ),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        occurrences(&log, "exited with exit code"),
+        0,
+        "the worker crash-looped:\n{log}"
+    );
     let mut db = server.client();
     db.batch_execute("CREATE EXTENSION pg_idem").unwrap();
     insert_expired(&mut db, "t", 50);
-    wait_for("purging after CREATE EXTENSION", Duration::from_secs(5), || count_keys(&mut db, "expired-%") == 0);
+    wait_for(
+        "purging after CREATE EXTENSION",
+        Duration::from_secs(5),
+        || count_keys(&mut db, "expired-%") == 0,
+    );
     // once more without the extension: one new log line, not one per interval
     db.batch_execute("DROP EXTENSION pg_idem").unwrap();
     thread::sleep(Duration::from_secs(1));
-    assert_eq!(occurrences(&server.log(), "is not installed in database \"postgres\""), 2);
+    assert_eq!(
+        occurrences(&server.log(), "is not installed in database \"postgres\""),
+        2
+    );
 }
 
 #[test]
 fn missing_database_is_logged_once_without_a_crash_loop() {
-    let server = Server::start(&["pg_idem.database = 'postgres, not_yet'", "pg_idem.purge_interval = '200ms'"]);
+    let server = Server::start(&[
+        "pg_idem.database = 'postgres, not_yet'",
+        "pg_idem.purge_interval = '200ms'",
+    ]);
     thread::sleep(Duration::from_secs(3));
     let log = server.log();
-    assert_eq!(occurrences(&log, "database \"not_yet\" does not exist"), 1, "{log}");
-    assert_eq!(occurrences(&log, "exited with exit code"), 0, "a crash loop:\n{log}");
+    assert_eq!(
+        occurrences(&log, "database \"not_yet\" does not exist"),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        occurrences(&log, "exited with exit code"),
+        0,
+        "a crash loop:\n{log}"
+    );
     let mut db = server.client();
-    let waiting: String =
-        db.query_one("SELECT state FROM idem_purge_status() WHERE database = 'not_yet'", &[]).unwrap().get(0);
+    let waiting: String = db
+        .query_one(
+            "SELECT state FROM idem_purge_status() WHERE database = 'not_yet'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
     assert_eq!(waiting, "waiting for database");
     db.batch_execute("CREATE DATABASE not_yet").unwrap();
-    wait_for("a purge worker in the new database", Duration::from_secs(10), || worker_pid(&mut db, "not_yet").is_some());
+    wait_for(
+        "a purge worker in the new database",
+        Duration::from_secs(10),
+        || worker_pid(&mut db, "not_yet").is_some(),
+    );
     let mut other = server.client_db("not_yet");
     other.batch_execute("CREATE EXTENSION pg_idem").unwrap();
     insert_expired(&mut other, "t", 20);
-    wait_for("purging in the new database", Duration::from_secs(5), || count_keys(&mut other, "expired-%") == 0);
-    assert!(worker_pid(&mut db, "postgres").is_some(), "the first database keeps its worker");
+    wait_for(
+        "purging in the new database",
+        Duration::from_secs(5),
+        || count_keys(&mut other, "expired-%") == 0,
+    );
+    assert!(
+        worker_pid(&mut db, "postgres").is_some(),
+        "the first database keeps its worker"
+    );
 }
 
 #[test]
@@ -202,27 +314,44 @@ fn sighup_applies_a_new_interval_and_zero_pauses() {
     let server = Server::start(&["pg_idem.purge_interval = '1h'"]);
     let mut db = server.client();
     wait_for("the first pass", Duration::from_secs(10), || {
-        db.query_one("SELECT total_passes FROM idem_purge_status()", &[]).unwrap().get::<_, i64>(0) >= 1
+        db.query_one("SELECT total_passes FROM idem_purge_status()", &[])
+            .unwrap()
+            .get::<_, i64>(0)
+            >= 1
     });
     insert_expired(&mut db, "t", 100);
     thread::sleep(Duration::from_secs(1));
-    assert_eq!(count_keys(&mut db, "expired-%"), 100, "purged before its hour-long interval");
+    assert_eq!(
+        count_keys(&mut db, "expired-%"),
+        100,
+        "purged before its hour-long interval"
+    );
     server.write_conf(&["pg_idem.purge_interval = '200ms'".into()]);
     server.reload();
-    wait_for("the new interval to apply", Duration::from_secs(5), || count_keys(&mut db, "expired-%") == 0);
+    wait_for("the new interval to apply", Duration::from_secs(5), || {
+        count_keys(&mut db, "expired-%") == 0
+    });
 
     server.write_conf(&["pg_idem.purge_interval = 0".into()]);
     server.reload();
     wait_for("the pause", Duration::from_secs(5), || {
-        db.query_one("SELECT state FROM idem_purge_status()", &[]).unwrap().get::<_, String>(0) == "paused"
+        db.query_one("SELECT state FROM idem_purge_status()", &[])
+            .unwrap()
+            .get::<_, String>(0)
+            == "paused"
     });
     insert_expired(&mut db, "t2", 10);
     thread::sleep(Duration::from_secs(1));
     assert_eq!(count_keys(&mut db, "expired-%"), 10, "purged while paused");
-    assert!(worker_pid(&mut db, "postgres").is_some(), "a paused worker keeps running");
+    assert!(
+        worker_pid(&mut db, "postgres").is_some(),
+        "a paused worker keeps running"
+    );
     server.write_conf(&["pg_idem.purge_interval = '100ms'".into()]);
     server.reload();
-    wait_for("purging to resume", Duration::from_secs(5), || count_keys(&mut db, "expired-%") == 0);
+    wait_for("purging to resume", Duration::from_secs(5), || {
+        count_keys(&mut db, "expired-%") == 0
+    });
 }
 
 #[test]
@@ -234,29 +363,52 @@ fn a_large_purge_runs_in_batches_and_shutdown_stays_prompt() {
     ]);
     let mut db = server.client();
     wait_for("the first pass", Duration::from_secs(10), || {
-        db.query_one("SELECT total_passes FROM idem_purge_status()", &[]).unwrap().get::<_, i64>(0) >= 1
+        db.query_one("SELECT total_passes FROM idem_purge_status()", &[])
+            .unwrap()
+            .get::<_, i64>(0)
+            >= 1
     });
     insert_expired(&mut db, "t", 120_000);
     server.write_conf(&["pg_idem.purge_interval = '300ms'".into()]);
     server.reload();
-    wait_for("the large purge", Duration::from_secs(60), || count_keys(&mut db, "expired-%") == 0);
-    let row = db.query_one("SELECT total_keys, total_batches FROM idem_purge_status()", &[]).unwrap();
+    wait_for("the large purge", Duration::from_secs(60), || {
+        count_keys(&mut db, "expired-%") == 0
+    });
+    let row = db
+        .query_one(
+            "SELECT total_keys, total_batches FROM idem_purge_status()",
+            &[],
+        )
+        .unwrap();
     let (keys, batches): (i64, i64) = (row.get(0), row.get(1));
     assert_eq!(keys, 120_000);
-    assert!(batches >= 24, "{keys} keys in only {batches} batches: not batched by 5000");
-    assert!(server.log().contains("deleted 120000 expired keys"), "the pass is logged at DEBUG1");
+    assert!(
+        batches >= 24,
+        "{keys} keys in only {batches} batches: not batched by 5000"
+    );
+    assert!(
+        server.log().contains("deleted 120000 expired keys"),
+        "the pass is logged at DEBUG1"
+    );
 
     // a pass in progress ends promptly at shutdown
     insert_expired(&mut db, "t2", 300_000);
     server.write_conf(&["pg_idem.purge_batch_size = 500".into()]);
     server.reload();
     wait_for("a pass in progress", Duration::from_secs(10), || {
-        db.query_one("SELECT state FROM idem_purge_status()", &[]).unwrap().get::<_, String>(0) == "purging"
+        db.query_one("SELECT state FROM idem_purge_status()", &[])
+            .unwrap()
+            .get::<_, String>(0)
+            == "purging"
     });
     drop(db);
     let started = Instant::now();
     server.stop("fast");
-    assert!(started.elapsed() < Duration::from_secs(5), "shutdown took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -273,6 +425,15 @@ fn without_the_preload_idem_purge_does_the_same_job() {
     assert_eq!(count_keys(&mut db, "kept-%"), 1);
     let status = db.query("SELECT * FROM idem_purge_status()", &[]).unwrap();
     assert!(status.is_empty(), "no worker without the preload");
-    let counters: Option<i64> = db.query_one("SELECT claims FROM idem_counters()", &[]).unwrap().get(0);
+    let counters: Option<i64> = db
+        .query_one("SELECT claims FROM idem_counters()", &[])
+        .unwrap()
+        .get(0);
     assert_eq!(counters, None, "no shared counters without the preload");
+    // the settings of the key store work without the preload too
+    let lease: String = db
+        .query_one("SHOW pg_idem.lease_timeout", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(lease, "1min");
 }

@@ -27,23 +27,47 @@ fn unprivileged_role_uses_every_function_but_not_the_tables() {
 
     let c = claim(&mut app, "t", "k", "h");
     assert_eq!(c.outcome, "claimed");
-    app.execute("SELECT idem_heartbeat('t', 'k', $1, '1 min')", &[&fence_of(&c)]).unwrap();
-    app.execute("SELECT idem_checkpoint('t', 'k', $1, 'step-1', '{\"a\": 1}')", &[&fence_of(&c)]).unwrap();
-    app.execute("SELECT idem_assert_fence('t', 'k', $1)", &[&fence_of(&c)]).unwrap();
+    app.execute(
+        "SELECT idem_heartbeat('t', 'k', $1, '1 min')",
+        &[&fence_of(&c)],
+    )
+    .unwrap();
+    app.execute(
+        "SELECT idem_checkpoint('t', 'k', $1, 'step-1', '{\"a\": 1}')",
+        &[&fence_of(&c)],
+    )
+    .unwrap();
+    app.execute("SELECT idem_assert_fence('t', 'k', $1)", &[&fence_of(&c)])
+        .unwrap();
     complete(&mut app, "t", "k", fence_of(&c), 201, "{}");
     assert_eq!(claim(&mut app, "t", "k", "h").outcome, "completed");
     let f = claim(&mut app, "t", "k2", "h");
-    app.execute("SELECT idem_fail_final('t', 'k2', $1, 402)", &[&fence_of(&f)]).unwrap();
+    app.execute(
+        "SELECT idem_fail_final('t', 'k2', $1, 402)",
+        &[&fence_of(&f)],
+    )
+    .unwrap();
     let r = claim(&mut app, "t", "k3", "h");
-    app.execute("SELECT idem_release('t', 'k3', $1)", &[&fence_of(&r)]).unwrap();
+    app.execute("SELECT idem_release('t', 'k3', $1)", &[&fence_of(&r)])
+        .unwrap();
     app.query_one("SELECT idem_forget('t', 'k2')", &[]).unwrap();
     app.query_one("SELECT idem_purge()", &[]).unwrap();
     app.query_one("SELECT idem_request_hash('{\"a\": 1}'), idem_request_hash('POST', '/x', '{}'), idem_new_key()", &[])
         .unwrap();
-    app.query("SELECT * FROM idem_claim_many('t', ARRAY['m1', 'm2'], ARRAY['h', 'h'])", &[]).unwrap();
-    app.query_one("SELECT * FROM idem_claim_seq('t', 'stream', 1)", &[]).unwrap();
-    app.query_one("SELECT idem_watermark('t', 'stream'), idem_reset_watermark('t', 'stream', 0)", &[]).unwrap();
-    app.query_one("SELECT idem_downstream_key('t', 'k', 'charge')", &[]).unwrap();
+    app.query(
+        "SELECT * FROM idem_claim_many('t', ARRAY['m1', 'm2'], ARRAY['h', 'h'])",
+        &[],
+    )
+    .unwrap();
+    app.query_one("SELECT * FROM idem_claim_seq('t', 'stream', 1)", &[])
+        .unwrap();
+    app.query_one(
+        "SELECT idem_watermark('t', 'stream'), idem_reset_watermark('t', 'stream', 0)",
+        &[],
+    )
+    .unwrap();
+    app.query_one("SELECT idem_downstream_key('t', 'k', 'charge')", &[])
+        .unwrap();
 
     for sql in [
         "SELECT * FROM idem.keys",
@@ -64,12 +88,28 @@ fn unprivileged_role_uses_every_function_but_not_the_tables() {
         assert_eq!(sqlstate(&err), "42501", "{sql} must be refused: {err:?}");
     }
     // pg_monitor members read the statistics, not the keys
-    server.client().batch_execute("GRANT pg_monitor TO app").unwrap();
+    server
+        .client()
+        .batch_execute("GRANT pg_monitor TO app")
+        .unwrap();
     let mut monitor = server.client_as("app");
-    monitor.query_one("SELECT * FROM idem_stats()", &[]).unwrap();
-    monitor.query("SELECT * FROM idem_tenant_stats()", &[]).unwrap();
-    monitor.query("SELECT * FROM idem_purge_status()", &[]).unwrap();
-    assert_eq!(sqlstate(&monitor.batch_execute("SELECT * FROM idem.keys").unwrap_err()), "42501");
+    monitor
+        .query_one("SELECT * FROM idem_stats()", &[])
+        .unwrap();
+    monitor
+        .query("SELECT * FROM idem_tenant_stats()", &[])
+        .unwrap();
+    monitor
+        .query("SELECT * FROM idem_purge_status()", &[])
+        .unwrap();
+    assert_eq!(
+        sqlstate(
+            &monitor
+                .batch_execute("SELECT * FROM idem.keys")
+                .unwrap_err()
+        ),
+        "42501"
+    );
 }
 
 #[test]
@@ -88,7 +128,10 @@ fn definer_functions_pin_their_search_path() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert!(unpinned.is_empty(), "SECURITY DEFINER functions without a pinned search_path: {unpinned:?}");
+    assert!(
+        unpinned.is_empty(),
+        "SECURITY DEFINER functions without a pinned search_path: {unpinned:?}"
+    );
     let definers: i64 = db
         .query_one(
             "SELECT count(*) FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e' \
@@ -97,7 +140,10 @@ fn definer_functions_pin_their_search_path() {
         )
         .unwrap()
         .get(0);
-    assert!(definers >= 15, "expected the table-touching functions to be SECURITY DEFINER, found {definers}");
+    assert!(
+        definers >= 15,
+        "expected the table-touching functions to be SECURITY DEFINER, found {definers}"
+    );
 }
 
 #[test]
@@ -122,7 +168,6 @@ fn hostile_search_path_changes_nothing_and_gains_nothing() {
         CREATE FUNCTION app.octet_length(bytea) RETURNS integer LANGUAGE sql AS 'SELECT CASE WHEN app.hijack() THEN 32 END';
         CREATE FUNCTION app.current_database() RETURNS name LANGUAGE sql AS 'SELECT CASE WHEN app.hijack() THEN ''x''::name END';
         CREATE TABLE app.keys (tenant text, key text);
-        CREATE SCHEMA app_idem;
         "#,
     )
     .expect("create look-alikes");
@@ -135,7 +180,10 @@ fn hostile_search_path_changes_nothing_and_gains_nothing() {
     assert_eq!(claim(&mut app, "t", "k", "h").outcome, "in_progress");
     complete(&mut app, "t", "k", fence_of(&c), 201, r#"{"ok": true}"#);
     let replay = claim(&mut app, "t", "k", "h");
-    assert_eq!((replay.outcome.as_str(), replay.response_code), ("completed", Some(201)));
+    assert_eq!(
+        (replay.outcome.as_str(), replay.response_code),
+        ("completed", Some(201))
+    );
     let err = try_complete(&mut app, "t", "k", fence_of(&c), 200, "{}").unwrap_err();
     assert_eq!(sqlstate(&err), "55000");
     let old = claim_with(&mut app, "t", "short", "h", "1 ms", Some("1 ms"));
@@ -143,11 +191,22 @@ fn hostile_search_path_changes_nothing_and_gains_nothing() {
     std::thread::sleep(std::time::Duration::from_millis(20));
     let purged: i64 = app.query_one("SELECT idem_purge()", &[]).unwrap().get(0);
     assert_eq!(purged, 1);
-    app.query("SELECT * FROM idem_claim_many('t', ARRAY['m1'], ARRAY['h'])", &[]).unwrap();
-    app.query_one("SELECT * FROM idem_claim_seq('t', 's', 3)", &[]).unwrap();
+    app.query(
+        "SELECT * FROM idem_claim_many('t', ARRAY['m1'], ARRAY['h'])",
+        &[],
+    )
+    .unwrap();
+    app.query_one("SELECT * FROM idem_claim_seq('t', 's', 3)", &[])
+        .unwrap();
     // nothing of the role's own leaked into idem.*, and it gained no access
-    assert_eq!(sqlstate(&app.batch_execute("SELECT * FROM idem.keys").unwrap_err()), "42501");
-    let rows: i64 = app.query_one("SELECT count(*) FROM app.keys", &[]).unwrap().get(0);
+    assert_eq!(
+        sqlstate(&app.batch_execute("SELECT * FROM idem.keys").unwrap_err()),
+        "42501"
+    );
+    let rows: i64 = app
+        .query_one("SELECT count(*) FROM app.keys", &[])
+        .unwrap()
+        .get(0);
     assert_eq!(rows, 0);
     let mut admin = server.client();
     let owners: Vec<String> = admin
@@ -164,7 +223,14 @@ fn a_tenant_never_reads_another_tenants_response() {
     let server = Server::start(&[]);
     let mut db = server.client();
     let a = claim(&mut db, "tenant-a", "order-1", "same-hash");
-    complete(&mut db, "tenant-a", "order-1", fence_of(&a), 201, r#"{"card": "tenant-a secret"}"#);
+    complete(
+        &mut db,
+        "tenant-a",
+        "order-1",
+        fence_of(&a),
+        201,
+        r#"{"card": "tenant-a secret"}"#,
+    );
     // the same key and the same request hash under another tenant is a new key, not a replay
     let b = claim(&mut db, "tenant-b", "order-1", "same-hash");
     assert_eq!(b.outcome, "claimed");
@@ -178,5 +244,8 @@ fn a_tenant_never_reads_another_tenants_response() {
     // tenant names that differ only in a byte boundary stay apart
     let ab = claim(&mut db, "ab", "c", "h");
     let a_bc = claim(&mut db, "a", "bc", "h");
-    assert_eq!((ab.outcome.as_str(), a_bc.outcome.as_str()), ("claimed", "claimed"));
+    assert_eq!(
+        (ab.outcome.as_str(), a_bc.outcome.as_str()),
+        ("claimed", "claimed")
+    );
 }

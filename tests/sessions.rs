@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use pg_idem_tests::*;
 
 fn fence(c: &Claim) -> i64 {
-    c.fence.unwrap_or_else(|| panic!("expected a fence in {c:?}"))
+    c.fence
+        .unwrap_or_else(|| panic!("expected a fence in {c:?}"))
 }
 
 #[test]
@@ -25,8 +26,15 @@ fn concurrent_uncommitted_claim_is_in_progress_at_once() {
     let started = Instant::now();
     let second = claim(&mut b, "t", "k", "h");
     assert_eq!(second.outcome, "in_progress");
-    assert_eq!(second.fence, None, "another attempt's fence must never be handed out");
-    assert!(started.elapsed() < Duration::from_secs(2), "claim waited {:?}", started.elapsed());
+    assert_eq!(
+        second.fence, None,
+        "another attempt's fence must never be handed out"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "claim waited {:?}",
+        started.elapsed()
+    );
 
     complete(&mut tx, "t", "k", fence(&first), 201, r#"{"id": 7}"#);
     tx.commit().unwrap();
@@ -53,7 +61,9 @@ fn claim_blocked_elsewhere_does_not_wait_even_with_a_lock_timeout_unset() {
         let outcome = claim(&mut b, "t", "slow", "h").outcome;
         let _ = done.send(outcome);
     });
-    let outcome = result.recv_timeout(Duration::from_secs(5)).expect("the second claim blocked on the first");
+    let outcome = result
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the second claim blocked on the first");
     assert_eq!(outcome, "in_progress");
     tx.rollback().unwrap();
 }
@@ -67,15 +77,22 @@ fn rolled_back_claim_leaves_nothing() {
     let mut tx = a.transaction().unwrap();
     let first = claim(&mut tx, "t", "k", "h");
     assert_eq!(first.outcome, "claimed");
-    tx.execute("INSERT INTO payments VALUES ('k')", &[]).unwrap();
+    tx.execute("INSERT INTO payments VALUES ('k')", &[])
+        .unwrap();
     tx.rollback().unwrap();
 
-    let count: i64 = a.query_one("SELECT count(*) FROM idem.keys", &[]).unwrap().get(0);
+    let count: i64 = a
+        .query_one("SELECT count(*) FROM idem.keys", &[])
+        .unwrap()
+        .get(0);
     assert_eq!(count, 0, "a rolled-back claim must not leave a key behind");
     let again = claim(&mut a, "t", "k", "h");
     assert_eq!(again.outcome, "claimed");
     assert_eq!(again.attempt, Some(1));
-    assert!(fence(&again) > fence(&first), "fences grow even across a rollback");
+    assert!(
+        fence(&again) > fence(&first),
+        "fences grow even across a rollback"
+    );
 }
 
 #[test]
@@ -95,16 +112,25 @@ fn expired_lease_is_taken_over_and_the_stale_fence_refused() {
     let server = Server::start(&[]);
     let mut a = server.client();
     let mut b = server.client();
-    a.batch_execute("CREATE TABLE payments (k text, by_fence bigint)").unwrap();
+    a.batch_execute("CREATE TABLE payments (k text, by_fence bigint)")
+        .unwrap();
 
     // lease mode: claim and commit, then the worker stalls past its lease
     let first = claim_with(&mut a, "t", "k", "h", "300 ms", None);
     assert_eq!(first.outcome, "claimed");
     assert_eq!(first.attempt, Some(1));
-    assert_eq!(claim(&mut b, "t", "k", "h").outcome, "in_progress", "live lease");
+    assert_eq!(
+        claim(&mut b, "t", "k", "h").outcome,
+        "in_progress",
+        "live lease"
+    );
     thread::sleep(Duration::from_millis(450));
 
-    assert_eq!(claim(&mut b, "t", "k", "other").outcome, "mismatch", "another hash never takes over");
+    assert_eq!(
+        claim(&mut b, "t", "k", "other").outcome,
+        "mismatch",
+        "another hash never takes over"
+    );
     let second = claim(&mut b, "t", "k", "h");
     assert_eq!(second.outcome, "claimed");
     assert_eq!(second.attempt, Some(2));
@@ -112,7 +138,8 @@ fn expired_lease_is_taken_over_and_the_stale_fence_refused() {
 
     // the stale worker's business write rolls back with its refused complete
     let mut tx = a.transaction().unwrap();
-    tx.execute("INSERT INTO payments VALUES ('k', $1)", &[&fence(&first)]).unwrap();
+    tx.execute("INSERT INTO payments VALUES ('k', $1)", &[&fence(&first)])
+        .unwrap();
     let err = try_complete(&mut tx, "t", "k", fence(&first), 201, "{}").unwrap_err();
     assert_eq!(sqlstate(&err), "55000");
     drop(tx);
@@ -125,7 +152,10 @@ fn expired_lease_is_taken_over_and_the_stale_fence_refused() {
         let err = a.query_one(sql, &[&fence(&first)]).unwrap_err();
         assert_eq!(sqlstate(&err), "55000", "{sql}");
     }
-    let count: i64 = a.query_one("SELECT count(*) FROM payments", &[]).unwrap().get(0);
+    let count: i64 = a
+        .query_one("SELECT count(*) FROM payments", &[])
+        .unwrap()
+        .get(0);
     assert_eq!(count, 0, "the stale worker's business write must roll back");
 
     complete(&mut b, "t", "k", fence(&second), 201, r#"{"by": 2}"#);
@@ -167,16 +197,23 @@ fn fences_grow_across_release_forget_and_purge() {
     let server = Server::start(&[]);
     let mut a = server.client();
     let f1 = fence(&claim(&mut a, "t", "k", "h"));
-    a.execute("SELECT idem_release('t', 'k', $1)", &[&f1]).unwrap();
+    a.execute("SELECT idem_release('t', 'k', $1)", &[&f1])
+        .unwrap();
     let c2 = claim(&mut a, "t", "k", "h");
     assert_eq!(c2.outcome, "claimed", "a released key is claimed afresh");
     assert_eq!(c2.attempt, Some(1));
     let f2 = fence(&c2);
     assert!(f2 > f1);
 
-    let forgot: bool = a.query_one("SELECT idem_forget('t', 'k')", &[]).unwrap().get(0);
+    let forgot: bool = a
+        .query_one("SELECT idem_forget('t', 'k')", &[])
+        .unwrap()
+        .get(0);
     assert!(forgot);
-    let forgot_again: bool = a.query_one("SELECT idem_forget('t', 'k')", &[]).unwrap().get(0);
+    let forgot_again: bool = a
+        .query_one("SELECT idem_forget('t', 'k')", &[])
+        .unwrap()
+        .get(0);
     assert!(!forgot_again);
     let f3 = fence(&claim_with(&mut a, "t", "k", "h", "1 ms", Some("1 ms")));
     assert!(f3 > f2);
@@ -194,17 +231,38 @@ fn tenants_are_independent() {
     let mut a = server.client();
     let ca = claim(&mut a, "tenant-a", "shared-key", "h");
     let cb = claim(&mut a, "tenant-b", "shared-key", "h");
-    assert_eq!((ca.outcome.as_str(), cb.outcome.as_str()), ("claimed", "claimed"));
-    complete(&mut a, "tenant-a", "shared-key", fence(&ca), 201, r#"{"owner": "a"}"#);
-    complete(&mut a, "tenant-b", "shared-key", fence(&cb), 202, r#"{"owner": "b"}"#);
+    assert_eq!(
+        (ca.outcome.as_str(), cb.outcome.as_str()),
+        ("claimed", "claimed")
+    );
+    complete(
+        &mut a,
+        "tenant-a",
+        "shared-key",
+        fence(&ca),
+        201,
+        r#"{"owner": "a"}"#,
+    );
+    complete(
+        &mut a,
+        "tenant-b",
+        "shared-key",
+        fence(&cb),
+        202,
+        r#"{"owner": "b"}"#,
+    );
     let ra = claim(&mut a, "tenant-a", "shared-key", "h");
     let rb = claim(&mut a, "tenant-b", "shared-key", "h");
     assert_eq!(ra.response_body.as_deref(), Some(r#"{"owner": "a"}"#));
     assert_eq!(rb.response_body.as_deref(), Some(r#"{"owner": "b"}"#));
     assert_eq!((ra.response_code, rb.response_code), (Some(201), Some(202)));
     // forgetting in one tenant leaves the other alone
-    a.execute("SELECT idem_forget('tenant-a', 'shared-key')", &[]).unwrap();
-    assert_eq!(claim(&mut a, "tenant-b", "shared-key", "h").outcome, "completed");
+    a.execute("SELECT idem_forget('tenant-a', 'shared-key')", &[])
+        .unwrap();
+    assert_eq!(
+        claim(&mut a, "tenant-b", "shared-key", "h").outcome,
+        "completed"
+    );
 }
 
 #[test]
@@ -212,7 +270,10 @@ fn replay_returns_exactly_what_was_stored() {
     let server = Server::start(&[]);
     let mut a = server.client();
     let body = r#"{"amount": 12345678901234567890.10, "note": "naïve ☃ \"quoted\"", "nested": {"z": [1, 2.50, null], "a": true}}"#;
-    let stored: String = a.query_one("SELECT $1::text::jsonb::text", &[&body]).unwrap().get(0);
+    let stored: String = a
+        .query_one("SELECT $1::text::jsonb::text", &[&body])
+        .unwrap()
+        .get(0);
     let c = claim(&mut a, "t", "k", "h");
     complete(&mut a, "t", "k", fence(&c), 201, body);
     for _ in 0..3 {
@@ -223,14 +284,32 @@ fn replay_returns_exactly_what_was_stored() {
     }
     // a final error is replayed the same way
     let f = claim(&mut a, "t", "k2", "h");
-    a.execute("SELECT idem_fail_final('t', 'k2', $1, 402, '{\"error\": \"card_declined\"}')", &[&fence(&f)]).unwrap();
+    a.execute(
+        "SELECT idem_fail_final('t', 'k2', $1, 402, '{\"error\": \"card_declined\"}')",
+        &[&fence(&f)],
+    )
+    .unwrap();
     let r = claim(&mut a, "t", "k2", "h");
     assert_eq!(r.outcome, "failed");
     assert_eq!(r.response_code, Some(402));
-    assert_eq!(r.response_body.as_deref(), Some(r#"{"error": "card_declined"}"#));
+    assert_eq!(
+        r.response_body.as_deref(),
+        Some(r#"{"error": "card_declined"}"#)
+    );
     // mismatch reveals nothing of the stored response
     let m = claim(&mut a, "t", "k", "different");
-    assert_eq!(m, Claim { outcome: "mismatch".into(), fence: None, attempt: None, response_code: None, response_body: None, checkpoint_phase: None, checkpoint_data: None });
+    assert_eq!(
+        m,
+        Claim {
+            outcome: "mismatch".into(),
+            fence: None,
+            attempt: None,
+            response_code: None,
+            response_body: None,
+            checkpoint_phase: None,
+            checkpoint_data: None
+        }
+    );
 }
 
 #[test]
@@ -239,12 +318,19 @@ fn expired_key_counts_as_absent_and_live_in_progress_does_not_expire_before_its_
     let mut a = server.client();
     let c = claim_with(&mut a, "t", "done", "h", "1 s", Some("200 ms"));
     complete(&mut a, "t", "done", fence(&c), 200, "{}");
-    assert_eq!(claim(&mut a, "t", "done", "h").outcome, "completed", "replayed within its ttl");
+    assert_eq!(
+        claim(&mut a, "t", "done", "h").outcome,
+        "completed",
+        "replayed within its ttl"
+    );
     // a ttl shorter than the lease: the key lives as long as its lease
     let live = claim_with(&mut a, "t", "live", "h", "2 s", Some("100 ms"));
     thread::sleep(Duration::from_millis(350));
     let again = claim(&mut a, "t", "done", "another hash");
-    assert_eq!(again.outcome, "claimed", "past expires_at the key is absent, whatever its hash");
+    assert_eq!(
+        again.outcome, "claimed",
+        "past expires_at the key is absent, whatever its hash"
+    );
     assert_eq!(again.attempt, Some(1));
     assert_eq!(claim(&mut a, "t", "live", "h").outcome, "in_progress");
     let purged: i64 = a.query_one("SELECT idem_purge()", &[]).unwrap().get(0);
@@ -258,13 +344,52 @@ fn heartbeat_extends_the_lease() {
     let mut a = server.client();
     let mut b = server.client();
     let c = claim_with(&mut a, "t", "k", "h", "300 ms", None);
-    let before: std::time::SystemTime =
-        a.query_one("SELECT lease_expires_at FROM idem.keys WHERE key = 'k'", &[]).unwrap().get(0);
-    let extended: std::time::SystemTime =
-        a.query_one("SELECT idem_heartbeat('t', 'k', $1, '5 s')", &[&fence(&c)]).unwrap().get(0);
+    let before: std::time::SystemTime = a
+        .query_one(
+            "SELECT lease_expires_at FROM idem.keys WHERE key = 'k'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let extended: std::time::SystemTime = a
+        .query_one("SELECT idem_heartbeat('t', 'k', $1, '5 s')", &[&fence(&c)])
+        .unwrap()
+        .get(0);
     assert!(extended > before + Duration::from_secs(4));
     thread::sleep(Duration::from_millis(500));
-    assert_eq!(claim(&mut b, "t", "k", "h").outcome, "in_progress", "the heartbeat kept the lease");
+    assert_eq!(
+        claim(&mut b, "t", "k", "h").outcome,
+        "in_progress",
+        "the heartbeat kept the lease"
+    );
+}
+
+#[test]
+fn a_heartbeat_keeps_a_long_attempt_past_its_ttl() {
+    // a job that outlives its ttl and then dies must be taken over (attempt 2, with its
+    // checkpoint), not forgotten as if it had never run
+    let server = Server::start(&[]);
+    let mut a = server.client();
+    let c = claim_with(&mut a, "t", "long", "h", "200 ms", Some("500 ms"));
+    a.execute(
+        "SELECT idem_checkpoint('t', 'long', $1, 'half-done', NULL)",
+        &[&fence(&c)],
+    )
+    .unwrap();
+    for _ in 0..4 {
+        thread::sleep(Duration::from_millis(150));
+        a.execute(
+            "SELECT idem_heartbeat('t', 'long', $1, '200 ms')",
+            &[&fence(&c)],
+        )
+        .unwrap();
+    }
+    // the worker dies now, past its ttl; its lease passes
+    thread::sleep(Duration::from_millis(300));
+    let next = claim(&mut a, "t", "long", "h");
+    assert_eq!(next.outcome, "claimed");
+    assert_eq!(next.attempt, Some(2), "a takeover, not a fresh claim");
+    assert_eq!(next.checkpoint_phase.as_deref(), Some("half-done"));
 }
 
 #[test]
@@ -292,7 +417,9 @@ fn fenced_operations_refuse_with_the_documented_sqlstates() {
     complete(&mut a, "t", "k", fence(&c), 200, "{}");
     let err = try_complete(&mut a, "t", "k", fence(&c), 200, "{}").unwrap_err();
     assert_eq!(sqlstate(&err), "55000", "completing twice");
-    let err = a.query_one("SELECT idem_release('t', 'nope', 5)", &[]).unwrap_err();
+    let err = a
+        .query_one("SELECT idem_release('t', 'nope', 5)", &[])
+        .unwrap_err();
     assert_eq!(sqlstate(&err), "P0002");
 }
 
@@ -314,10 +441,13 @@ fn settings_have_the_documented_defaults_and_are_used() {
         let shown: String = a.query_one(&format!("SHOW {name}"), &[]).unwrap().get(0);
         assert_eq!(shown, value, "{name}");
     }
-    let err = a.batch_execute("SET pg_idem.no_such_setting = 1").unwrap_err();
-    assert_eq!(sqlstate(&err), "42704", "the pg_idem prefix is reserved");
+    let err = a
+        .batch_execute("SET pg_idem.no_such_setting = 1")
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "42602", "the pg_idem prefix is reserved");
 
-    a.batch_execute("SET pg_idem.lease_timeout = '2s'; SET pg_idem.ttl = '1h'").unwrap();
+    a.batch_execute("SET pg_idem.lease_timeout = '2s'; SET pg_idem.ttl = '1h'")
+        .unwrap();
     let row = a
         .query_one(
             "SELECT extract(epoch FROM lease_expires_at - now())::float8, extract(epoch FROM expires_at - now())::float8 \
@@ -338,23 +468,38 @@ fn isolation_levels_behave_as_documented() {
         let mut a = server.client();
         let mut b = server.client();
         // a fresh claim, business write and complete work at this level
-        let mut tx = a.build_transaction().isolation_level(iso(level)).start().unwrap();
+        let mut tx = a
+            .build_transaction()
+            .isolation_level(iso(level))
+            .start()
+            .unwrap();
         let own = claim(&mut tx, "t", &format!("{key}-own"), "h");
         assert_eq!(own.outcome, "claimed");
         complete(&mut tx, "t", &format!("{key}-own"), fence(&own), 200, "{}");
         tx.commit().unwrap();
 
         // a claim racing a claim committed after the snapshot: serialization failure, retry
-        let mut tx = a.build_transaction().isolation_level(iso(level)).start().unwrap();
+        let mut tx = a
+            .build_transaction()
+            .isolation_level(iso(level))
+            .start()
+            .unwrap();
         tx.query_one("SELECT 1", &[]).unwrap(); // take the snapshot
         let other = claim(&mut b, "t", &key, "h");
         complete(&mut b, "t", &key, fence(&other), 201, r#"{"by": "b"}"#);
         let err = try_claim(&mut tx, "t", &key, "h", None, None).unwrap_err();
         assert_eq!(sqlstate(&err), "40001", "{level}");
         drop(tx);
-        let mut tx = a.build_transaction().isolation_level(iso(level)).start().unwrap();
+        let mut tx = a
+            .build_transaction()
+            .isolation_level(iso(level))
+            .start()
+            .unwrap();
         let retried = claim(&mut tx, "t", &key, "h");
-        assert_eq!(retried.outcome, "completed", "{level}: the retried transaction sees the completion");
+        assert_eq!(
+            retried.outcome, "completed",
+            "{level}: the retried transaction sees the completion"
+        );
         tx.commit().unwrap();
     }
     // READ COMMITTED: the same race resolves within the statement
@@ -391,7 +536,10 @@ fn bad_input_gets_the_documented_sqlstate_and_stores_nothing() {
         ("SELECT idem_claim('t', 'k', 'h', '0 s')", "22023"),
         ("SELECT idem_claim('t', 'k', 'h', '-1 s')", "22023"),
         ("SELECT idem_claim('t', 'k', 'h', NULL, '0 s')", "22023"),
-        ("SELECT idem_claim('t', 'k', 'h', '1 month -40 days')", "22023"),
+        (
+            "SELECT idem_claim('t', 'k', 'h', '1 month -40 days')",
+            "22023",
+        ),
         ("SELECT idem_claim('t', 'k', 'h', '1000 years')", "22023"),
         ("SELECT idem_complete('t', 'k', NULL, 200)", "22004"),
         ("SELECT idem_complete(NULL, 'k', 1, 200)", "22004"),
@@ -405,7 +553,10 @@ fn bad_input_gets_the_documented_sqlstate_and_stores_nothing() {
         let err = a.batch_execute(sql).unwrap_err();
         assert_eq!(sqlstate(&err), *expected, "{sql}: {err:?}");
         let text = format!("{err:?}");
-        assert!(text.contains("argument"), "{sql}: message should name the argument: {text}");
+        assert!(
+            text.contains("argument"),
+            "{sql}: message should name the argument: {text}"
+        );
     }
     for (sql, expected) in [
         (format!("SELECT idem_claim('{long}', 'k', 'h')"), "22023"),
@@ -415,11 +566,15 @@ fn bad_input_gets_the_documented_sqlstate_and_stores_nothing() {
         let err = a.batch_execute(&sql).unwrap_err();
         assert_eq!(sqlstate(&err), expected, "{sql}");
     }
-    let count: i64 = a.query_one("SELECT count(*) FROM idem.keys", &[]).unwrap().get(0);
+    let count: i64 = a
+        .query_one("SELECT count(*) FROM idem.keys", &[])
+        .unwrap()
+        .get(0);
     assert_eq!(count, 0, "bad input stores nothing");
 
     // a too-large body is refused and leaves the key in progress under its fence
-    a.batch_execute("SET pg_idem.max_response_bytes = '1kB'").unwrap();
+    a.batch_execute("SET pg_idem.max_response_bytes = '1kB'")
+        .unwrap();
     let c = claim(&mut a, "t", "k", "h");
     let big = format!(r#"{{"blob": "{}"}}"#, "y".repeat(2000));
     let err = try_complete(&mut a, "t", "k", fence(&c), 200, &big).unwrap_err();

@@ -14,8 +14,16 @@ use pg_idem_tests::*;
 #[test]
 #[ignore = "minutes long: run by scripts/soak.sh"]
 fn soak_with_killed_backends() {
-    let total = Duration::from_secs(std::env::var("SOAK_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(300));
-    let server = Server::start(&["pg_idem.purge_interval = '500ms'", "restart_after_crash = on"]);
+    let total = Duration::from_secs(
+        std::env::var("SOAK_SECONDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(300),
+    );
+    let server = Server::start(&[
+        "pg_idem.purge_interval = '500ms'",
+        "restart_after_crash = on",
+    ]);
     let terminated = AtomicU64::new(0);
     let killed = AtomicU64::new(0);
     let started = Instant::now();
@@ -23,9 +31,15 @@ fn soak_with_killed_backends() {
     let mut failures = Vec::new();
     while started.elapsed() < total {
         round += 1;
-        let mode = if round % 2 == 1 { Mode::OneTransaction } else { Mode::Lease };
+        let mode = if round % 2 == 1 {
+            Mode::OneTransaction
+        } else {
+            Mode::Lease
+        };
         workload::prepare(&mut reconnect(&server));
-        let remaining = total.saturating_sub(started.elapsed()).max(Duration::from_secs(20));
+        let remaining = total
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_secs(20));
         let config = Config {
             requests_per_worker: 100_000,
             max_duration: remaining.min(Duration::from_secs(90)),
@@ -34,7 +48,9 @@ fn soak_with_killed_backends() {
         let conninfo = server.conninfo("postgres");
         let chaos = |rng: &mut Rng2| {
             std::thread::sleep(Duration::from_millis(200 + rng.below(1300) as u64));
-            let Ok(mut admin) = Client::connect(&conninfo, NoTls) else { return };
+            let Ok(mut admin) = Client::connect(&conninfo, NoTls) else {
+                return;
+            };
             let pids: Vec<i32> = admin
                 .query("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()", &[])
                 .map(|rows| rows.iter().map(|r| r.get(0)).collect())
@@ -48,14 +64,25 @@ fn soak_with_killed_backends() {
                 println!("  kill -9 backend {victim}");
                 kill_9(victim);
                 killed.fetch_add(1, Ordering::Relaxed);
-            } else if admin.query_one("SELECT pg_terminate_backend($1)", &[&victim]).is_ok() {
+            } else if admin
+                .query_one("SELECT pg_terminate_backend($1)", &[&victim])
+                .is_ok()
+            {
                 terminated.fetch_add(1, Ordering::Relaxed);
             }
         };
-        println!("round {round}: {mode:?} for up to {:?}", config.max_duration);
+        println!(
+            "round {round}: {mode:?} for up to {:?}",
+            config.max_duration
+        );
         let report = workload::run(&conninfo, mode, &config, Some(&chaos));
         println!("  {report}");
-        failures.extend(report.violations.iter().map(|v| format!("round {round}: {v}")));
+        failures.extend(
+            report
+                .violations
+                .iter()
+                .map(|v| format!("round {round}: {v}")),
+        );
     }
     println!(
         "soak: {round} rounds in {:.0}s; {} backends terminated, {} killed with SIGKILL; {} violations",
@@ -64,7 +91,11 @@ fn soak_with_killed_backends() {
         killed.load(Ordering::Relaxed),
         failures.len()
     );
-    assert!(failures.is_empty(), "invariants violated:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "invariants violated:\n{}",
+        failures.join("\n")
+    );
 }
 
 fn reconnect(server: &Server) -> Client {

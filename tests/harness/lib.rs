@@ -21,7 +21,11 @@ static COUNTER: AtomicUsize = AtomicUsize::new(0);
 fn running_as_root() -> bool {
     static ROOT_USER: OnceLock<bool> = OnceLock::new();
     *ROOT_USER.get_or_init(|| {
-        Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
+        Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+            .unwrap_or(false)
     })
 }
 
@@ -35,12 +39,15 @@ fn as_server_user(program: &Path) -> Command {
     } else {
         Command::new(program)
     };
-    cmd.env_remove("RUST_BACKTRACE").env_remove("RUST_LIB_BACKTRACE");
+    cmd.env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE");
     cmd
 }
 
-fn run_ok(mut cmd: Command, what: &str) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+fn run_ok(cmd: &mut Command, what: &str) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
     assert!(
         out.status.success(),
         "{what} failed: {}\n{}{}",
@@ -57,22 +64,39 @@ pub fn bindir() -> PathBuf {
     BINDIR
         .get_or_init(|| {
             let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into());
-            let version = run_ok(Command::new(&pg_config).arg("--version"), "pg_config --version");
+            let version = run_ok(
+                Command::new(&pg_config).arg("--version"),
+                "pg_config --version",
+            );
             let text = String::from_utf8_lossy(&version.stdout);
-            let major: String = text.split_whitespace().nth(1).unwrap_or("15").chars().take_while(char::is_ascii_digit).collect();
+            let major: String = text
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or("15")
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
             let debian = PathBuf::from(format!("/usr/lib/postgresql/{major}/bin"));
             if debian.join("initdb").exists() {
                 return debian;
             }
-            let out = run_ok(Command::new(&pg_config).arg("--bindir"), "pg_config --bindir");
+            let out = run_ok(
+                Command::new(&pg_config).arg("--bindir"),
+                "pg_config --bindir",
+            );
             PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
         })
         .clone()
 }
 
 fn check_installed() {
-    let out = run_ok(Command::new(std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into())).arg("--sharedir"), "pg_config");
-    let control = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("extension/pg_idem.control");
+    let out = run_ok(
+        Command::new(std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into()))
+            .arg("--sharedir"),
+        "pg_config",
+    );
+    let control = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        .join("extension/pg_idem.control");
     assert!(
         control.exists(),
         "pg_idem is not installed ({} is missing): run scripts/install.sh --debug first",
@@ -88,16 +112,31 @@ fn template() -> &'static Path {
         std::fs::create_dir_all(ROOT).expect("create test root");
         let _ = Command::new("chmod").args(["1777", ROOT]).status();
         // shared by every test process; built under a private name, then renamed into place
-        let major = bindir().parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let major = bindir()
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let template = PathBuf::from(ROOT).join(format!("template-pg{major}"));
         if template.join("PG_VERSION").exists() {
             return template;
         }
-        let building = PathBuf::from(ROOT).join(format!("template-building-{}", std::process::id()));
+        let building =
+            PathBuf::from(ROOT).join(format!("template-building-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&building);
         let mut cmd = as_server_user(&bindir().join("initdb"));
-        cmd.args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "-D"]).arg(&building);
-        run_ok(cmd, "initdb");
+        cmd.args([
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+            "-D",
+        ])
+        .arg(&building);
+        run_ok(&mut cmd, "initdb");
         if std::fs::rename(&building, &template).is_err() {
             // another test process got there first
             let _ = std::fs::remove_dir_all(&building);
@@ -113,15 +152,22 @@ pub struct Server {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
 }
 
 impl Server {
     /// Starts a server with pg_idem preloaded, the given extra postgresql.conf lines, and the
     /// extension created in database `postgres`.
     pub fn start(conf: &[&str]) -> Server {
-        let server = Server::start_bare(&[&["shared_preload_libraries = 'pg_idem'"], conf].concat());
-        server.client().batch_execute("CREATE EXTENSION pg_idem").expect("create extension");
+        let server =
+            Server::start_bare(&[&["shared_preload_libraries = 'pg_idem'"], conf].concat());
+        server
+            .client()
+            .batch_execute("CREATE EXTENSION pg_idem")
+            .expect("create extension");
         server
     }
 
@@ -134,11 +180,10 @@ impl Server {
         std::fs::create_dir_all(&dir).expect("create server dir");
         let _ = Command::new("chmod").args(["777"]).arg(&dir).status();
         run_ok(
-            {
-                let mut c = Command::new("cp");
-                c.arg("-a").arg(template).arg(dir.join("data"));
-                c
-            },
+            Command::new("cp")
+                .arg("-a")
+                .arg(template)
+                .arg(dir.join("data")),
             "copy template",
         );
         let mut server = Server { dir, port: 0 };
@@ -178,12 +223,20 @@ impl Server {
 
     fn pg_ctl(&self, args: &[&str]) -> Result<(), String> {
         let mut cmd = as_server_user(&bindir().join("pg_ctl"));
-        cmd.arg("-D").arg(self.dir.join("data")).arg("-l").arg(self.log_path()).args(args);
+        cmd.arg("-D")
+            .arg(self.dir.join("data"))
+            .arg("-l")
+            .arg(self.log_path())
+            .args(args);
         let out = cmd.output().map_err(|e| e.to_string())?;
         if out.status.success() {
             Ok(())
         } else {
-            Err(format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+            Err(format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
         }
     }
 
@@ -197,7 +250,10 @@ impl Server {
     }
 
     pub fn conninfo(&self, dbname: &str) -> String {
-        format!("host=127.0.0.1 port={} user=postgres dbname={dbname} connect_timeout=10", self.port)
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname={dbname} connect_timeout=10",
+            self.port
+        )
     }
 
     /// A new connection to database `postgres`.
@@ -206,12 +262,16 @@ impl Server {
     }
 
     pub fn client_db(&self, dbname: &str) -> Client {
-        Client::connect(&self.conninfo(dbname), NoTls).unwrap_or_else(|e| panic!("connect to {dbname}: {e}"))
+        Client::connect(&self.conninfo(dbname), NoTls)
+            .unwrap_or_else(|e| panic!("connect to {dbname}: {e}"))
     }
 
     /// A new connection as `role`.
     pub fn client_as(&self, role: &str) -> Client {
-        let conninfo = format!("host=127.0.0.1 port={} user={role} dbname=postgres connect_timeout=10", self.port);
+        let conninfo = format!(
+            "host=127.0.0.1 port={} user={role} dbname=postgres connect_timeout=10",
+            self.port
+        );
         Client::connect(&conninfo, NoTls).unwrap_or_else(|e| panic!("connect as {role}: {e}"))
     }
 
@@ -225,7 +285,8 @@ impl Server {
     }
 
     pub fn start_again(&self) {
-        self.pg_ctl(&["-w", "-t", "60", "start"]).expect("start again");
+        self.pg_ctl(&["-w", "-t", "60", "start"])
+            .expect("start again");
     }
 
     /// Runs a program of the server's bin directory (pg_dump, psql, ...) as the server user.
@@ -249,20 +310,29 @@ impl Drop for Server {
 
 /// Sends SIGKILL to a server process (a backend or a worker).
 pub fn kill_9(pid: i32) {
-    let status = Command::new("kill").args(["-9", &pid.to_string()]).status().expect("kill");
+    let status = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("kill");
     assert!(status.success(), "kill -9 {pid} failed");
 }
 
 /// The SQLSTATE of a failed statement ("" when the error did not come from the server).
 pub fn sqlstate(error: &postgres::Error) -> String {
-    error.code().map(|c| c.code().to_string()).unwrap_or_default()
+    error
+        .code()
+        .map(|c| c.code().to_string())
+        .unwrap_or_default()
 }
 
 /// Waits until `condition` holds, polling; panics with `what` after `timeout`.
 pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !condition() {
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -297,17 +367,29 @@ fn claim_from_row(row: &postgres::Row) -> Claim {
 
 /// Anything that runs queries: a Client or a Transaction.
 pub trait Queryable {
-    fn query_one_(&mut self, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Result<postgres::Row, postgres::Error>;
+    fn query_one_(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<postgres::Row, postgres::Error>;
 }
 
 impl Queryable for Client {
-    fn query_one_(&mut self, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Result<postgres::Row, postgres::Error> {
+    fn query_one_(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<postgres::Row, postgres::Error> {
         self.query_one(sql, params)
     }
 }
 
 impl Queryable for postgres::Transaction<'_> {
-    fn query_one_(&mut self, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Result<postgres::Row, postgres::Error> {
+    fn query_one_(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<postgres::Row, postgres::Error> {
         self.query_one(sql, params)
     }
 }
@@ -321,14 +403,22 @@ pub fn try_claim(
     lease: Option<&str>,
     ttl: Option<&str>,
 ) -> Result<Claim, postgres::Error> {
-    db.query_one_(CLAIM_SQL, &[&tenant, &key, &hash, &lease, &ttl]).map(|r| claim_from_row(&r))
+    db.query_one_(CLAIM_SQL, &[&tenant, &key, &hash, &lease, &ttl])
+        .map(|r| claim_from_row(&r))
 }
 
 pub fn claim(db: &mut impl Queryable, tenant: &str, key: &str, hash: &str) -> Claim {
     try_claim(db, tenant, key, hash, None, None).expect("idem_claim")
 }
 
-pub fn claim_with(db: &mut impl Queryable, tenant: &str, key: &str, hash: &str, lease: &str, ttl: Option<&str>) -> Claim {
+pub fn claim_with(
+    db: &mut impl Queryable,
+    tenant: &str,
+    key: &str,
+    hash: &str,
+    lease: &str,
+    ttl: Option<&str>,
+) -> Claim {
     try_claim(db, tenant, key, hash, Some(lease), ttl).expect("idem_claim")
 }
 
@@ -340,10 +430,20 @@ pub fn try_complete(
     code: i32,
     body: &str,
 ) -> Result<(), postgres::Error> {
-    db.query_one_("SELECT idem_complete($1, $2, $3, $4, $5::text::jsonb)", &[&tenant, &key, &fence, &code, &body])
-        .map(|_| ())
+    db.query_one_(
+        "SELECT idem_complete($1, $2, $3, $4, $5::text::jsonb)",
+        &[&tenant, &key, &fence, &code, &body],
+    )
+    .map(|_| ())
 }
 
-pub fn complete(db: &mut impl Queryable, tenant: &str, key: &str, fence: i64, code: i32, body: &str) {
+pub fn complete(
+    db: &mut impl Queryable,
+    tenant: &str,
+    key: &str,
+    fence: i64,
+    code: i32,
+    body: &str,
+) {
     try_complete(db, tenant, key, fence, code, body).expect("idem_complete")
 }

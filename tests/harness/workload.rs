@@ -142,8 +142,15 @@ impl Rng {
 }
 
 fn key_of(config: &Config, rng: &mut Rng) -> (String, String) {
-    let index = if rng.chance(0.6) { rng.below(config.hot_keys) } else { rng.below(config.keys) };
-    (format!("tenant-{}", index % config.tenants), format!("order-{index:05}"))
+    let index = if rng.chance(0.6) {
+        rng.below(config.hot_keys)
+    } else {
+        rng.below(config.keys)
+    };
+    (
+        format!("tenant-{}", index % config.tenants),
+        format!("order-{index:05}"),
+    )
 }
 
 /// Creates the business tables (no unique constraint: duplicates must be visible, not prevented).
@@ -159,7 +166,12 @@ pub fn prepare(client: &mut Client) {
 
 /// Runs the workload and checks it. `chaos`, when set, is called repeatedly from its own thread
 /// while the workers run (the soak uses it to kill backends).
-pub fn run(conninfo: &str, mode: Mode, config: &Config, chaos: Option<&(dyn Fn(&mut Rng2) + Sync)>) -> Report {
+pub fn run(
+    conninfo: &str,
+    mode: Mode,
+    config: &Config,
+    chaos: Option<&(dyn Fn(&mut Rng2) + Sync)>,
+) -> Report {
     let observations = Arc::new(Mutex::new(Observations::default()));
     let counters = Arc::new(Counters::default());
     let seen: Arc<Mutex<std::collections::HashSet<(String, String)>>> = Arc::default();
@@ -168,10 +180,13 @@ pub fn run(conninfo: &str, mode: Mode, config: &Config, chaos: Option<&(dyn Fn(&
     thread::scope(|scope| {
         let mut workers = Vec::new();
         for worker in 0..config.workers {
-            let (observations, counters, seen) = (observations.clone(), counters.clone(), seen.clone());
+            let (observations, counters, seen) =
+                (observations.clone(), counters.clone(), seen.clone());
             let stop = &stop;
             workers.push(scope.spawn(move || {
-                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((worker as u64 + 1) * 0x2545_F491_4F6C_DD1D));
+                let mut rng =
+                    Rng(0x9E37_79B9_7F4A_7C15
+                        ^ (worker as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
                 let mut client = connect(conninfo);
                 for _ in 0..config.requests_per_worker {
                     if started.elapsed() > config.max_duration || stop.load(Ordering::Relaxed) {
@@ -183,11 +198,31 @@ pub fn run(conninfo: &str, mode: Mode, config: &Config, chaos: Option<&(dyn Fn(&
                         counters.duplicates.fetch_add(1, Ordering::Relaxed);
                     }
                     let result = match mode {
-                        Mode::OneTransaction => one_transaction(&mut client, &tenant, &key, config, &mut rng, &counters, &observations),
-                        Mode::Lease => lease_mode(&mut client, &tenant, &key, config, &mut rng, &counters, &observations),
+                        Mode::OneTransaction => one_transaction(
+                            &mut client,
+                            &tenant,
+                            &key,
+                            config,
+                            &mut rng,
+                            &counters,
+                            &observations,
+                        ),
+                        Mode::Lease => lease_mode(
+                            &mut client,
+                            &tenant,
+                            &key,
+                            config,
+                            &mut rng,
+                            &counters,
+                            &observations,
+                        ),
                     };
                     if let Err(e) = result {
-                        if e.is_closed() || sqlstate(&e).starts_with("57") || sqlstate(&e).starts_with("08") || sqlstate(&e).is_empty() {
+                        if e.is_closed()
+                            || sqlstate(&e).starts_with("57")
+                            || sqlstate(&e).starts_with("08")
+                            || sqlstate(&e).is_empty()
+                        {
                             counters.connection_errors.fetch_add(1, Ordering::Relaxed);
                             client = reconnect(conninfo, started, config.max_duration);
                         } else {
@@ -263,10 +298,21 @@ fn request_hash(key: &str) -> String {
 }
 
 fn response_of(tenant: &str, key: &str, fence: i64) -> (i32, String) {
-    (201, format!(r#"{{"tenant": "{tenant}", "key": "{key}", "fence": {fence}, "amount": 1234567890123.40}}"#))
+    (
+        201,
+        format!(
+            r#"{{"tenant": "{tenant}", "key": "{key}", "fence": {fence}, "amount": 1234567890123.40}}"#
+        ),
+    )
 }
 
-type Outcome = (String, Option<i64>, Option<i32>, Option<i32>, Option<String>);
+type Outcome = (
+    String,
+    Option<i64>,
+    Option<i32>,
+    Option<i32>,
+    Option<String>,
+);
 
 fn read_claim(row: &postgres::Row) -> Outcome {
     (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4))
@@ -287,11 +333,23 @@ fn note_outcome(
             if attempt.unwrap_or(1) > 1 {
                 counters.takeovers.fetch_add(1, Ordering::Relaxed);
             }
-            observations.lock().unwrap().claims.entry(id).or_default().push((attempt.unwrap_or(0), fence.unwrap_or(0)));
+            observations
+                .lock()
+                .unwrap()
+                .claims
+                .entry(id)
+                .or_default()
+                .push((attempt.unwrap_or(0), fence.unwrap_or(0)));
         }
         "completed" | "failed" => {
             counters.replayed.fetch_add(1, Ordering::Relaxed);
-            observations.lock().unwrap().replays.entry(id).or_default().push((*code, body.clone()));
+            observations
+                .lock()
+                .unwrap()
+                .replays
+                .entry(id)
+                .or_default()
+                .push((*code, body.clone()));
         }
         "in_progress" => {
             counters.in_progress.fetch_add(1, Ordering::Relaxed);
@@ -317,7 +375,10 @@ fn one_transaction(
         return tx.commit();
     }
     let fence = outcome.1.unwrap_or(0);
-    tx.execute("INSERT INTO effects (tenant, key, fence) VALUES ($1, $2, $3)", &[&tenant, &key, &fence])?;
+    tx.execute(
+        "INSERT INTO effects (tenant, key, fence) VALUES ($1, $2, $3)",
+        &[&tenant, &key, &fence],
+    )?;
     // hold the transaction a little so that duplicates really arrive while it is open
     thread::sleep(Duration::from_micros(rng.below(3000) as u64));
     if rng.chance(config.rollback_share) {
@@ -325,9 +386,16 @@ fn one_transaction(
         return tx.rollback();
     }
     let (code, body) = response_of(tenant, key, fence);
-    tx.query_one("SELECT idem_complete($1, $2, $3, $4, $5::text::jsonb)", &[&tenant, &key, &fence, &code, &body])?;
+    tx.query_one(
+        "SELECT idem_complete($1, $2, $3, $4, $5::text::jsonb)",
+        &[&tenant, &key, &fence, &code, &body],
+    )?;
     tx.commit()?;
-    observations.lock().unwrap().completed.push((tenant.to_string(), key.to_string(), fence));
+    observations
+        .lock()
+        .unwrap()
+        .completed
+        .push((tenant.to_string(), key.to_string(), fence));
     Ok(())
 }
 
@@ -342,7 +410,8 @@ fn lease_mode(
 ) -> Result<(), postgres::Error> {
     let lease = format!("{} ms", config.lease_ms);
     // 1. claim and commit (autocommit)
-    let outcome = read_claim(&client.query_one(CLAIM, &[&tenant, &key, &request_hash(key), &lease])?);
+    let outcome =
+        read_claim(&client.query_one(CLAIM, &[&tenant, &key, &request_hash(key), &lease])?);
     note_outcome(tenant, key, &outcome, counters, observations);
     if outcome.0 != "claimed" {
         return Ok(());
@@ -361,16 +430,30 @@ fn lease_mode(
     }
     // 3. the business write and the completion under the fence, in one transaction
     let mut tx = client.transaction()?;
-    tx.execute("INSERT INTO effects (tenant, key, fence) VALUES ($1, $2, $3)", &[&tenant, &key, &fence])?;
+    tx.execute(
+        "INSERT INTO effects (tenant, key, fence) VALUES ($1, $2, $3)",
+        &[&tenant, &key, &fence],
+    )?;
     let (code, body) = response_of(tenant, key, fence);
-    match tx.query_one("SELECT idem_complete($1, $2, $3, $4, $5::text::jsonb)", &[&tenant, &key, &fence, &code, &body]) {
+    match tx.query_one(
+        "SELECT idem_complete($1, $2, $3, $4, $5::text::jsonb)",
+        &[&tenant, &key, &fence, &code, &body],
+    ) {
         Ok(_) => {
             tx.commit()?;
-            observations.lock().unwrap().completed.push((tenant.to_string(), key.to_string(), fence));
+            observations.lock().unwrap().completed.push((
+                tenant.to_string(),
+                key.to_string(),
+                fence,
+            ));
         }
         Err(e) if sqlstate(&e) == "55000" => {
             counters.stale_refused.fetch_add(1, Ordering::Relaxed);
-            observations.lock().unwrap().refused.push((tenant.to_string(), key.to_string(), fence));
+            observations
+                .lock()
+                .unwrap()
+                .refused
+                .push((tenant.to_string(), key.to_string(), fence));
             // the transaction is aborted: the stale business write goes with it
         }
         Err(e) => return Err(e),
@@ -379,11 +462,19 @@ fn lease_mode(
 }
 
 /// After the workers: claims every key once more; none may be stuck in progress past its lease.
-fn sweep(client: &mut Client, config: &Config, counters: &Counters, observations: &Mutex<Observations>) -> Vec<String> {
+fn sweep(
+    client: &mut Client,
+    config: &Config,
+    counters: &Counters,
+    observations: &Mutex<Observations>,
+) -> Vec<String> {
     let mut violations = Vec::new();
     let lease = format!("{} ms", config.lease_ms);
     let in_progress: Vec<(String, String)> = client
-        .query("SELECT tenant, key FROM idem.keys WHERE state = 'p' ORDER BY 1, 2", &[])
+        .query(
+            "SELECT tenant, key FROM idem.keys WHERE state = 'p' ORDER BY 1, 2",
+            &[],
+        )
         .expect("read in-progress keys")
         .iter()
         .map(|r| (r.get(0), r.get(1)))
@@ -399,17 +490,29 @@ fn sweep(client: &mut Client, config: &Config, counters: &Counters, observations
         let outcome = read_claim(&row);
         note_outcome(&tenant, &key, &outcome, counters, observations);
         match outcome.0.as_str() {
-            "in_progress" => violations.push(format!("{tenant}/{key} is still in progress after its lease passed")),
+            "in_progress" => violations.push(format!(
+                "{tenant}/{key} is still in progress after its lease passed"
+            )),
             "claimed" => {
                 let fence = outcome.1.unwrap_or(0);
                 let (code, body) = response_of(&tenant, &key, fence);
                 let mut tx = client.transaction().expect("sweep transaction");
-                tx.execute("INSERT INTO effects (tenant, key, fence) VALUES ($1, $2, $3)", &[&tenant, &key, &fence])
-                    .expect("sweep insert");
-                tx.query_one("SELECT idem_complete($1, $2, $3, $4, $5::text::jsonb)", &[&tenant, &key, &fence, &code, &body])
-                    .expect("sweep complete");
+                tx.execute(
+                    "INSERT INTO effects (tenant, key, fence) VALUES ($1, $2, $3)",
+                    &[&tenant, &key, &fence],
+                )
+                .expect("sweep insert");
+                tx.query_one(
+                    "SELECT idem_complete($1, $2, $3, $4, $5::text::jsonb)",
+                    &[&tenant, &key, &fence, &code, &body],
+                )
+                .expect("sweep complete");
                 tx.commit().expect("sweep commit");
-                observations.lock().unwrap().completed.push((tenant, key, fence));
+                observations
+                    .lock()
+                    .unwrap()
+                    .completed
+                    .push((tenant, key, fence));
             }
             _ => {}
         }
@@ -426,27 +529,37 @@ fn check(client: &mut Client, mode: Mode, observations: &Observations) -> Vec<St
         .iter()
         .map(|r| ((r.get(0), r.get(1)), (r.get(2), r.get(3), r.get(4), r.get(5))))
         .collect();
-    let effects: BTreeMap<(String, String), Vec<i64>> =
-        client.query("SELECT tenant, key, fence FROM effects ORDER BY at", &[]).expect("read effects").iter().fold(
-            BTreeMap::new(),
-            |mut m, r| {
-                m.entry((r.get(0), r.get(1))).or_insert_with(Vec::new).push(r.get(2));
-                m
-            },
-        );
+    let effects: BTreeMap<(String, String), Vec<i64>> = client
+        .query("SELECT tenant, key, fence FROM effects ORDER BY at", &[])
+        .expect("read effects")
+        .iter()
+        .fold(BTreeMap::new(), |mut m, r| {
+            m.entry((r.get(0), r.get(1)))
+                .or_insert_with(Vec::new)
+                .push(r.get(2));
+            m
+        });
 
     // at most one business effect per key, exactly one per completed key, written by the
     // attempt whose fence completed the key
     for (id, fences) in &effects {
         if fences.len() > 1 {
-            violations.push(format!("{}/{}: {} business effects (fences {fences:?})", id.0, id.1, fences.len()));
+            violations.push(format!(
+                "{}/{}: {} business effects (fences {fences:?})",
+                id.0,
+                id.1,
+                fences.len()
+            ));
         }
     }
     for (id, (state, fence, _, _)) in &stored {
         if state == "c" {
             match effects.get(id).map(Vec::as_slice) {
                 Some([only]) if only == fence => {}
-                other => violations.push(format!("{}/{}: completed under fence {fence} but effects are {other:?}", id.0, id.1)),
+                other => violations.push(format!(
+                    "{}/{}: completed under fence {fence} but effects are {other:?}",
+                    id.0, id.1
+                )),
             }
         }
     }
@@ -469,28 +582,45 @@ fn check(client: &mut Client, mode: Mode, observations: &Observations) -> Vec<St
         for pair in by_attempt.windows(2) {
             let ((a1, f1), (a2, f2)) = (pair[0], pair[1]);
             if a2 > a1 && f2 <= f1 {
-                violations.push(format!("{}/{}: attempt {a2} got fence {f2}, not above attempt {a1}'s {f1}", id.0, id.1));
+                violations.push(format!(
+                    "{}/{}: attempt {a2} got fence {f2}, not above attempt {a1}'s {f1}",
+                    id.0, id.1
+                ));
             }
         }
         let mut fences: Vec<i64> = claims.iter().map(|c| c.1).collect();
         fences.sort();
         fences.dedup();
         if fences.len() != claims.len() {
-            violations.push(format!("{}/{}: a fence was handed out twice: {claims:?}", id.0, id.1));
+            violations.push(format!(
+                "{}/{}: a fence was handed out twice: {claims:?}",
+                id.0, id.1
+            ));
         }
     }
     // every complete that succeeded was the key's final fence; every stale fence was refused
     let mut completions: HashMap<(String, String), Vec<i64>> = HashMap::new();
     for (tenant, key, fence) in &observations.completed {
-        completions.entry((tenant.clone(), key.clone())).or_default().push(*fence);
+        completions
+            .entry((tenant.clone(), key.clone()))
+            .or_default()
+            .push(*fence);
     }
     for (id, fences) in &completions {
         if fences.len() > 1 {
-            violations.push(format!("{}/{}: completed {} times (fences {fences:?})", id.0, id.1, fences.len()));
+            violations.push(format!(
+                "{}/{}: completed {} times (fences {fences:?})",
+                id.0,
+                id.1,
+                fences.len()
+            ));
         }
         if let Some((_, stored_fence, _, _)) = stored.get(id) {
             if fences.iter().any(|f| f != stored_fence) {
-                violations.push(format!("{}/{}: a complete under {fences:?} succeeded but the key holds {stored_fence}", id.0, id.1));
+                violations.push(format!(
+                    "{}/{}: a complete under {fences:?} succeeded but the key holds {stored_fence}",
+                    id.0, id.1
+                ));
             }
         }
     }
@@ -498,16 +628,23 @@ fn check(client: &mut Client, mode: Mode, observations: &Observations) -> Vec<St
         for (tenant, key, fence) in &observations.refused {
             match stored.get(&(tenant.clone(), key.clone())) {
                 Some((_, stored_fence, _, _)) if stored_fence > fence => {}
-                other => violations.push(format!("{tenant}/{key}: fence {fence} refused but the key is {other:?}")),
+                other => violations.push(format!(
+                    "{tenant}/{key}: fence {fence} refused but the key is {other:?}"
+                )),
             }
         }
         // and every attempt that was superseded while it stalled got refused, not accepted
         for (id, claims) in &observations.claims {
-            let Some((_, final_fence, _, _)) = stored.get(id) else { continue };
+            let Some((_, final_fence, _, _)) = stored.get(id) else {
+                continue;
+            };
             for (_, fence) in claims {
                 let accepted = completions.get(id).is_some_and(|f| f.contains(fence));
                 if accepted && fence != final_fence {
-                    violations.push(format!("{}/{}: stale fence {fence} was accepted", id.0, id.1));
+                    violations.push(format!(
+                        "{}/{}: stale fence {fence} was accepted",
+                        id.0, id.1
+                    ));
                 }
             }
         }
