@@ -31,11 +31,6 @@ impl IdemError {
             .report(PgLogLevel::ERROR);
         unreachable!("ERROR does not return")
     }
-
-    #[cfg(any(test, feature = "pg_test"))]
-    pub fn sqlstate(&self) -> PgSqlErrorCode {
-        self.code
-    }
 }
 
 /// 22004: a required argument is NULL.
