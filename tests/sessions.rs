@@ -46,7 +46,7 @@ fn concurrent_uncommitted_claim_is_in_progress_at_once() {
 }
 
 #[test]
-fn claim_blocked_elsewhere_does_not_wait_even_with_a_lock_timeout_unset() {
+fn second_claim_returns_while_the_first_transaction_idles() {
     // a second claim of a key whose claim is uncommitted in a transaction that then idles for
     // long must still come back at once: run it on a thread and bound the wait
     let server = Server::start(&[]);

@@ -249,9 +249,10 @@ impl Server {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
+    /// A statement that hangs fails its test after a minute instead of hanging the suite.
     pub fn conninfo(&self, dbname: &str) -> String {
         format!(
-            "host=127.0.0.1 port={} user=postgres dbname={dbname} connect_timeout=10",
+            "host=127.0.0.1 port={} user=postgres dbname={dbname} connect_timeout=10 options='-c statement_timeout=60s'",
             self.port
         )
     }
@@ -269,7 +270,7 @@ impl Server {
     /// A new connection as `role`.
     pub fn client_as(&self, role: &str) -> Client {
         let conninfo = format!(
-            "host=127.0.0.1 port={} user={role} dbname=postgres connect_timeout=10",
+            "host=127.0.0.1 port={} user={role} dbname=postgres connect_timeout=10 options='-c statement_timeout=60s'",
             self.port
         );
         Client::connect(&conninfo, NoTls).unwrap_or_else(|e| panic!("connect as {role}: {e}"))
