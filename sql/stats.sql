@@ -66,7 +66,22 @@ AS 'MODULE_PATHNAME', 'idem_stats_reset_wrapper';
 COMMENT ON FUNCTION idem_stats_reset() IS
 'Zero the cumulative counters (false when pg_idem is not preloaded and there are none)';
 
--- Key statistics are computed from idem.keys: one scan of the table per call.
+-- Key statistics are computed from idem.keys: one scan of the table per query. Expired keys
+-- count as absent, whatever their state; stalled keys are in progress past their lease.
+-- (A view's operators are bound when it is created, so the caller's search_path never matters.)
+CREATE VIEW idem.tenant_key_counts AS
+    SELECT k.tenant,
+        count(*) FILTER (WHERE k.state = 'p' AND k.expires_at >= n.t) AS in_progress,
+        count(*) FILTER (WHERE k.state = 'c' AND k.expires_at >= n.t) AS completed,
+        count(*) FILTER (WHERE k.state = 'f' AND k.expires_at >= n.t) AS failed,
+        count(*) FILTER (WHERE k.state = 'p' AND k.expires_at >= n.t AND k.lease_expires_at < n.t) AS stalled,
+        count(*) FILTER (WHERE k.expires_at < n.t) AS expired,
+        min(k.claimed_at) FILTER (WHERE k.state = 'p' AND k.expires_at >= n.t) AS oldest_in_progress_at
+    FROM idem.keys AS k, (SELECT pg_catalog.clock_timestamp() AS t) AS n
+    GROUP BY k.tenant;
+
+REVOKE ALL ON idem.tenant_key_counts FROM PUBLIC;
+
 CREATE FUNCTION idem_stats(
     OUT keys_in_progress bigint,
     OUT keys_completed bigint,
@@ -91,17 +106,14 @@ CREATE FUNCTION idem_stats(
 LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH now AS (SELECT pg_catalog.clock_timestamp() AS t),
-    keys AS (
-        SELECT
-            count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) n.t) AS in_progress,
-            count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'c' AND k.expires_at OPERATOR(pg_catalog.>=) n.t) AS completed,
-            count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'f' AND k.expires_at OPERATOR(pg_catalog.>=) n.t) AS failed,
-            count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) n.t
-                               AND k.lease_expires_at OPERATOR(pg_catalog.<) n.t) AS stalled,
-            count(*) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.<) n.t) AS expired,
-            min(k.claimed_at) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) n.t) AS oldest
-        FROM idem.keys AS k, now AS n
+    WITH keys AS (
+        SELECT COALESCE(sum(t.in_progress), 0)::bigint AS in_progress,
+               COALESCE(sum(t.completed), 0)::bigint AS completed,
+               COALESCE(sum(t.failed), 0)::bigint AS failed,
+               COALESCE(sum(t.stalled), 0)::bigint AS stalled,
+               COALESCE(sum(t.expired), 0)::bigint AS expired,
+               min(t.oldest_in_progress_at) AS oldest
+        FROM idem.tenant_key_counts AS t
     ),
     purge AS (
         SELECT p.last_pass_at, p.last_pass_keys, p.total_keys
@@ -138,26 +150,13 @@ CREATE FUNCTION idem_tenant_stats(
 LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH now AS (SELECT pg_catalog.clock_timestamp() AS t),
-    keys AS (
-        SELECT k.tenant,
-            count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) n.t) AS in_progress,
-            count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'c' AND k.expires_at OPERATOR(pg_catalog.>=) n.t) AS completed,
-            count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'f' AND k.expires_at OPERATOR(pg_catalog.>=) n.t) AS failed,
-            count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) n.t
-                               AND k.lease_expires_at OPERATOR(pg_catalog.<) n.t) AS stalled,
-            count(*) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.<) n.t) AS expired,
-            min(k.claimed_at) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) n.t) AS oldest
-        FROM idem.keys AS k, now AS n
-        GROUP BY k.tenant
-    )
-    SELECT COALESCE(keys.tenant, c.tenant),
-           COALESCE(keys.in_progress, 0), COALESCE(keys.completed, 0), COALESCE(keys.failed, 0),
-           COALESCE(keys.stalled, 0), COALESCE(keys.expired, 0), keys.oldest,
+    SELECT COALESCE(t.tenant, c.tenant),
+           COALESCE(t.in_progress, 0), COALESCE(t.completed, 0), COALESCE(t.failed, 0),
+           COALESCE(t.stalled, 0), COALESCE(t.expired, 0), t.oldest_in_progress_at,
            c.claims, c.replays_completed OPERATOR(pg_catalog.+) c.replays_failed, c.in_progress,
            c.mismatches, c.takeovers, c.stale_fences
-    FROM keys
-    FULL JOIN @extschema@.idem_tenant_counters() AS c ON c.tenant OPERATOR(pg_catalog.=) keys.tenant
+    FROM idem.tenant_key_counts AS t
+    FULL JOIN @extschema@.idem_tenant_counters() AS c ON c.tenant OPERATOR(pg_catalog.=) t.tenant
     ORDER BY 1
 $$;
 

@@ -385,10 +385,22 @@ type ClaimRow = (
     Option<Jsonb>,
 );
 
+/// The columns of an idem_claim row; what an outcome does not set stays NULL.
+#[derive(Default)]
+struct ClaimColumns {
+    fence: Option<i64>,
+    attempt: Option<i32>,
+    response_code: Option<i32>,
+    response_body: Option<Jsonb>,
+    lease_expires_at: Option<Micros>,
+    expires_at: Option<Micros>,
+    checkpoint_phase: Option<String>,
+    checkpoint_data: Option<Jsonb>,
+}
+
 /// One row of idem_claim_many: the key, then the columns of idem_claim.
 fn claim_row(key: &str, outcome: ClaimOutcome) -> ClaimRow {
-    let key = key.to_string();
-    match outcome {
+    let (name, c) = match outcome {
         ClaimOutcome::Claimed {
             fence,
             attempt,
@@ -398,73 +410,57 @@ fn claim_row(key: &str, outcome: ClaimOutcome) -> ClaimRow {
             checkpoint_data,
             ..
         } => (
-            key,
-            "claimed".into(),
-            Some(fence),
-            Some(attempt),
-            None,
-            None,
-            Some(timestamptz(lease_expires_at)),
-            Some(timestamptz(expires_at)),
-            checkpoint_phase,
-            checkpoint_data,
+            "claimed",
+            ClaimColumns {
+                fence: Some(fence),
+                attempt: Some(attempt),
+                lease_expires_at: Some(lease_expires_at),
+                expires_at: Some(expires_at),
+                checkpoint_phase,
+                checkpoint_data,
+                ..Default::default()
+            },
         ),
         ClaimOutcome::Replay(row) => (
-            key,
             if row.state == State::Failed {
                 "failed"
             } else {
                 "completed"
-            }
-            .into(),
-            None,
-            Some(row.attempt),
-            row.response_code,
-            row.response_body,
-            None,
-            Some(timestamptz(row.expires_at)),
-            None,
-            None,
+            },
+            ClaimColumns {
+                attempt: Some(row.attempt),
+                response_code: row.response_code,
+                response_body: row.response_body,
+                expires_at: Some(row.expires_at),
+                ..Default::default()
+            },
         ),
+        // never the holder's fence: it would let this caller act in the holder's name
         ClaimOutcome::InProgress(row) => (
-            key,
-            "in_progress".into(),
-            None,
-            row.as_ref().map(|r| r.attempt),
-            None,
-            None,
-            row.as_ref()
-                .and_then(|r| r.lease_expires_at)
-                .map(timestamptz),
-            row.as_ref().map(|r| timestamptz(r.expires_at)),
-            None,
-            None,
+            "in_progress",
+            row.map(|r| ClaimColumns {
+                attempt: Some(r.attempt),
+                lease_expires_at: r.lease_expires_at,
+                expires_at: Some(r.expires_at),
+                ..Default::default()
+            })
+            .unwrap_or_default(),
         ),
-        ClaimOutcome::Mismatch => (
-            key,
-            "mismatch".into(),
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-        ),
-        ClaimOutcome::StaleKey => (
-            key,
-            "stale_key".into(),
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-        ),
-    }
+        ClaimOutcome::Mismatch => ("mismatch", ClaimColumns::default()),
+        ClaimOutcome::StaleKey => ("stale_key", ClaimColumns::default()),
+    };
+    (
+        key.to_string(),
+        name.to_string(),
+        c.fence,
+        c.attempt,
+        c.response_code,
+        c.response_body,
+        c.lease_expires_at.map(timestamptz),
+        c.expires_at.map(timestamptz),
+        c.checkpoint_phase,
+        c.checkpoint_data,
+    )
 }
 
 #[pg_extern(sql = false)]

@@ -132,12 +132,7 @@ fn immediate_shutdown_and_restart_keep_every_state() {
     let live = claim_with(&mut db, "t", "live", "h", "10 min", None);
     db.query_one("SELECT * FROM idem_claim_seq('t', 'stream', 41)", &[])
         .unwrap();
-    let before: Vec<String> = db
-        .query("SELECT k::text FROM idem.keys k ORDER BY tenant, key", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let before = all_keys(&mut db);
     let max_fence: i64 = db
         .query_one("SELECT max(fence) FROM idem.keys", &[])
         .unwrap()
@@ -147,12 +142,7 @@ fn immediate_shutdown_and_restart_keep_every_state() {
     server.stop("immediate");
     server.start_again();
     let mut db = wait_until_ready(&server);
-    let after: Vec<String> = db
-        .query("SELECT k::text FROM idem.keys k ORDER BY tenant, key", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let after = all_keys(&mut db);
     assert_eq!(
         before, after,
         "committed keys must survive an immediate shutdown unchanged"

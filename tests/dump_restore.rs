@@ -6,14 +6,6 @@ use std::time::Duration;
 
 use pg_idem_tests::*;
 
-fn keys(db: &mut Client) -> Vec<String> {
-    db.query("SELECT k::text FROM idem.keys k ORDER BY tenant, key", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
-}
-
 #[test]
 fn dump_and_restore_keep_keys_and_behaviour() {
     let server = Server::start(&[]);
@@ -50,7 +42,7 @@ fn dump_and_restore_keep_keys_and_behaviour() {
         &[],
     )
     .unwrap();
-    let source_keys = keys(&mut db);
+    let source_keys = all_keys(&mut db);
     let last_fence: i64 = db
         .query_one("SELECT last_value FROM idem.fence_seq", &[])
         .unwrap()
@@ -100,7 +92,11 @@ fn dump_and_restore_keep_keys_and_behaviour() {
     );
 
     let mut restored = server.client_db("restored");
-    assert_eq!(keys(&mut restored), source_keys, "the restored keys differ");
+    assert_eq!(
+        all_keys(&mut restored),
+        source_keys,
+        "the restored keys differ"
+    );
     let restored_fence: i64 = restored
         .query_one("SELECT last_value FROM idem.fence_seq", &[])
         .unwrap()

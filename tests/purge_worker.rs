@@ -40,6 +40,15 @@ fn worker_pid(db: &mut Client, database: &str) -> Option<i32> {
     .map(|r| r.get(0))
 }
 
+fn wait_for_first_pass(db: &mut Client) {
+    wait_for("the first pass", Duration::from_secs(10), || {
+        db.query_one("SELECT total_passes FROM idem_purge_status()", &[])
+            .unwrap()
+            .get::<_, i64>(0)
+            >= 1
+    });
+}
+
 fn occurrences(log: &str, needle: &str) -> usize {
     log.matches(needle).count()
 }
@@ -313,12 +322,7 @@ fn missing_database_is_logged_once_without_a_crash_loop() {
 fn sighup_applies_a_new_interval_and_zero_pauses() {
     let server = Server::start(&["pg_idem.purge_interval = '1h'"]);
     let mut db = server.client();
-    wait_for("the first pass", Duration::from_secs(10), || {
-        db.query_one("SELECT total_passes FROM idem_purge_status()", &[])
-            .unwrap()
-            .get::<_, i64>(0)
-            >= 1
-    });
+    wait_for_first_pass(&mut db);
     insert_expired(&mut db, "t", 100);
     thread::sleep(Duration::from_secs(1));
     assert_eq!(
@@ -362,12 +366,7 @@ fn a_large_purge_runs_in_batches_and_shutdown_stays_prompt() {
         "log_min_messages = debug1",
     ]);
     let mut db = server.client();
-    wait_for("the first pass", Duration::from_secs(10), || {
-        db.query_one("SELECT total_passes FROM idem_purge_status()", &[])
-            .unwrap()
-            .get::<_, i64>(0)
-            >= 1
-    });
+    wait_for_first_pass(&mut db);
     insert_expired(&mut db, "t", 120_000);
     server.write_conf(&["pg_idem.purge_interval = '300ms'".into()]);
     server.reload();

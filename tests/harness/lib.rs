@@ -338,6 +338,15 @@ pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bo
     }
 }
 
+/// Every row of idem.keys as text, in key order: for comparing the whole store before and after.
+pub fn all_keys(db: &mut Client) -> Vec<String> {
+    db.query("SELECT k::text FROM idem.keys k ORDER BY tenant, key", &[])
+        .expect("read idem.keys")
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
 /// One row of idem_claim.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Claim {
