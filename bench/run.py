@@ -1,0 +1,1387 @@
+#!/usr/bin/env python3
+"""pg_idem benchmark runner (Python 3.11, standard library only).
+
+    python3 bench/run.py --smoke            # CI: a few seconds per scenario, small key counts
+    python3 bench/run.py                    # full run: 3 rounds x 30 s, 1M keys (~30-40 min)
+    python3 bench/run.py --rounds 2 --duration 15 --keys 200000    # a medium run
+
+Starts a throwaway PostgreSQL server (scripts/lib/pg.sh: initdb + pg_ctl as the `postgres` OS
+user, 127.0.0.1 on a free port) with shared_preload_libraries = 'pg_idem', loads
+bench/schema.sql, runs every scenario of bench/scenarios/ with pgbench in alternation (rounds in
+ABBA order, so drift on a noisy machine hits every scenario alike), measures sizes and the purge,
+writes OUT/report.md, OUT/tps.svg, OUT/results.json and OUT/server.log, and always stops the
+server. Exits non-zero when pgbench reported an error or a failed transaction, or a sanity check
+of a scenario failed. Targets are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import glob
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+SCENARIO_DIR = BENCH_DIR / "scenarios"
+PG_SH = REPO_DIR / "scripts" / "lib" / "pg.sh"
+
+# The request fingerprint every scenario sends (hex SHA-256, as a client would compute it).
+REQUEST_HASH = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+# A small response body (about 90 bytes of jsonb), the same for pg_idem and the hand-rolled table.
+SMALL_BODY = ("jsonb_build_object('payment_id', {i}, 'status', 'succeeded', "
+              "'amount_cents', 1000 + {i} % 9000, 'currency', 'EUR')")
+
+# (name, clients) pairs are built from these; `contended` always runs at --contended-clients.
+SCENARIOS = ["bare", "handrolled", "pg_idem", "replay", "lease", "contended"]
+DESCRIPTIONS = {
+    "bare": "business INSERT alone, in a transaction (the floor)",
+    "handrolled": "INSERT .. ON CONFLICT DO NOTHING into handrolled_keys + business INSERT + UPDATE storing the response",
+    "pg_idem": "idem_claim + business INSERT + idem_complete, one transaction, fresh keys",
+    "replay": "idem_claim on keys already completed (duplicate path), BEGIN/claim/END",
+    "lease": "lease mode: claim + commit, then business INSERT + idem_complete in a second transaction",
+    "contended": "half the requests repeat a key in flight or done; only 'claimed' inserts and completes",
+}
+
+FILL_WORKERS = 2           # parallel fill sessions
+
+
+class BenchError(Exception):
+    pass
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def percentile(sorted_xs, q):
+    """Nearest-rank percentile of an already sorted list."""
+    if not sorted_xs:
+        return None
+    k = max(0, min(len(sorted_xs) - 1, int(round(q / 100.0 * len(sorted_xs) + 0.5)) - 1))
+    return sorted_xs[k]
+
+
+# ------------------------------------------------------------------------------------------------
+# The throwaway server
+# ------------------------------------------------------------------------------------------------
+
+class Server:
+    """A server started and stopped through scripts/lib/pg.sh (pg_start / pg_stop)."""
+
+    def __init__(self, settings: list[str]):
+        self.settings = settings
+        self.dir = tempfile.mkdtemp(prefix="pg_idem_bench.")
+        self.port = None
+        self.env = dict(os.environ)
+
+    def start(self) -> None:
+        conf_args = " ".join(shlex.quote(s) for s in self.settings)
+        script = (f"set -e; source {shlex.quote(str(PG_SH))}; "
+                  f"pg_start {shlex.quote(self.dir)} {conf_args}; echo \"PORT=$PGPORT\"")
+        res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=180)
+        m = re.search(r"^PORT=(\d+)$", res.stdout, re.M)
+        if res.returncode != 0 or not m:
+            raise BenchError(f"pg_start failed:\n{res.stdout}\n{res.stderr}")
+        self.port = int(m.group(1))
+        self.env.update(PGHOST="127.0.0.1", PGPORT=str(self.port), PGUSER="postgres",
+                        PGDATABASE="postgres", PGAPPNAME="pg_idem_bench")
+        for var in ("PGPASSWORD", "PGSERVICE", "PGOPTIONS", "PGSSLMODE"):
+            self.env.pop(var, None)
+
+    def stop(self, keep_log_in: Path | None = None) -> None:
+        if keep_log_in is not None:
+            try:
+                shutil.copy(os.path.join(self.dir, "server.log"), keep_log_in / "server.log")
+            except OSError:
+                pass
+        script = f"source {shlex.quote(str(PG_SH))}; pg_stop {shlex.quote(self.dir)}"
+        subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=180)
+
+    # -- SQL helpers ----------------------------------------------------------------------------
+
+    def psql(self, sql: str, timeout: float = 3600) -> subprocess.CompletedProcess:
+        res = subprocess.run(
+            ["psql", "-X", "-q", "-A", "-t", "-F", "\t", "-v", "ON_ERROR_STOP=1", "-f", "-"],
+            input=sql, capture_output=True, text=True, env=self.env, timeout=timeout)
+        if res.returncode != 0:
+            raise BenchError(f"psql failed ({res.returncode}):\n{sql[:2000]}\n--\n{res.stderr}")
+        return res
+
+    def rows(self, sql: str) -> list[list[str]]:
+        out = self.psql(sql).stdout
+        return [line.split("\t") for line in out.splitlines() if line != ""]
+
+    def value(self, sql: str) -> str:
+        rows = self.rows(sql)
+        if len(rows) != 1 or len(rows[0]) != 1:
+            raise BenchError(f"expected one value from {sql!r}, got {rows!r}")
+        return rows[0][0]
+
+    def execute(self, sql: str, timeout: float = 3600) -> str:
+        """Runs a script; returns stderr (NOTICEs)."""
+        return self.psql(sql, timeout=timeout).stderr
+
+    def wait_for_clients_gone(self, timeout: float = 15.0) -> None:
+        """pgbench's backends flush their statistics when they exit; wait for that."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            n = int(self.value("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                               "AND pid <> pg_backend_pid()"))
+            if n == 0:
+                return
+            time.sleep(0.1)
+        log("warning: client backends still present after pgbench ended")
+
+
+# ------------------------------------------------------------------------------------------------
+# pgbench
+# ------------------------------------------------------------------------------------------------
+
+class PgbenchResult:
+    def __init__(self):
+        self.tps = None
+        self.txns = 0
+        self.failed = 0
+        self.latencies_us: list[int] = []      # sorted
+        self.records: list[tuple[float, int]] = []  # (end epoch seconds, latency us)
+        self.p50_ms = None
+        self.p99_ms = None
+        self.errors: list[str] = []
+        self.duration = 0.0
+        self.cpu: dict = {}
+
+
+class CpuSampler(threading.Thread):
+    """Samples /proc every half second during a run and adds up the CPU time of processes other
+    than the server and pgbench (a compiler, another benchmark...): a noise indicator, reported as
+    a share of the machine. Processes that end between two samples lose at most half a second."""
+
+    OURS = ("postgres", "pgbench")
+
+    def __init__(self, interval: float = 0.5):
+        super().__init__(daemon=True)
+        self.interval = interval
+        self.stop_event = threading.Event()
+        self.seen: dict[int, int] = {}
+        self.other_ticks = 0
+        self.our_ticks = 0
+        self.top: dict[str, int] = {}
+        self.t0 = self.t1 = 0.0
+        self.me = os.getpid()
+
+    @staticmethod
+    def read() -> dict[int, tuple[str, int]]:
+        out = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            r = data.rfind(")")
+            comm = data[data.find("(") + 1:r]
+            fields = data[r + 2:].split()
+            out[int(name)] = (comm, int(fields[11]) + int(fields[12]))
+        return out
+
+    def sample(self, first: bool) -> None:
+        for pid, (comm, ticks) in self.read().items():
+            if pid == self.me:
+                continue
+            prev = self.seen.get(pid)
+            self.seen[pid] = ticks
+            if first:
+                continue
+            delta = ticks - (prev if prev is not None else 0)
+            if delta <= 0:
+                continue
+            if comm in self.OURS:
+                self.our_ticks += delta
+            else:
+                self.other_ticks += delta
+                self.top[comm] = self.top.get(comm, 0) + delta
+
+    @staticmethod
+    def steal() -> int:
+        try:
+            with open("/proc/stat") as f:
+                fields = f.readline().split()
+            return int(fields[8]) if len(fields) > 8 else 0
+        except OSError:
+            return 0
+
+    def run(self) -> None:
+        self.t0 = time.time()
+        self.steal0 = self.steal()
+        self.sample(first=True)
+        while not self.stop_event.wait(self.interval):
+            self.sample(first=False)
+        self.sample(first=False)
+        self.steal1 = self.steal()
+        self.t1 = time.time()
+
+    def finish(self) -> dict:
+        self.stop_event.set()
+        self.join()
+        hz = os.sysconf("SC_CLK_TCK")
+        capacity = max(1e-9, (self.t1 - self.t0) * hz * (os.cpu_count() or 1))
+        top = sorted(self.top.items(), key=lambda kv: -kv[1])[:3]
+        return {"other_cpu_share": self.other_ticks / capacity, "our_cpu_share": self.our_ticks / capacity,
+                "steal_share": (self.steal1 - self.steal0) / capacity,
+                "other_top": [f"{c} {t / hz:.1f}s" for c, t in top]}
+
+
+def run_pgbench(server: Server, workdir: str, script: Path, clients: int, seconds: float,
+                variables: dict | None = None, rate: float | None = None,
+                keep_records: bool = False, tag: str = "run") -> PgbenchResult:
+    prefix_dir = tempfile.mkdtemp(prefix=f"{tag}.", dir=workdir)
+    prefix = os.path.join(prefix_dir, "pgbench_log")
+    threads = max(1, min(clients, 2, os.cpu_count() or 1))
+    cmd = ["pgbench", "-n", "-M", "prepared", "-c", str(clients), "-j", str(threads),
+           "-T", str(int(round(seconds))), "-f", str(script), "--log", f"--log-prefix={prefix}"]
+    if rate:
+        cmd += ["-R", str(rate)]
+    for k, v in (variables or {}).items():
+        cmd += ["-D", f"{k}={v}"]
+    r = PgbenchResult()
+    sampler = CpuSampler()
+    sampler.start()
+    t0 = time.time()
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, env=server.env,
+                             timeout=seconds + 300)
+    finally:
+        r.cpu = sampler.finish()
+    r.duration = time.time() - t0
+    out = res.stdout
+    m = re.search(r"^tps = ([0-9.]+)", out, re.M)
+    r.tps = float(m.group(1)) if m else None
+    m = re.search(r"^number of transactions actually processed: (\d+)", out, re.M)
+    r.txns = int(m.group(1)) if m else 0
+    m = re.search(r"^number of failed transactions: (\d+)", out, re.M)
+    r.failed = int(m.group(1)) if m else 0
+    if res.returncode != 0:
+        r.errors.append(f"pgbench exited with {res.returncode}")
+    if r.failed:
+        r.errors.append(f"{r.failed} failed transactions")
+    if r.tps is None or r.txns == 0:
+        r.errors.append("no tps / no transactions reported")
+    err_lines = [ln for ln in res.stderr.splitlines()
+                 if ln.strip() and not ln.startswith("pgbench (")]
+    if r.errors and err_lines:
+        r.errors.append("stderr: " + " | ".join(err_lines[:5]))
+    lat = []
+    for path in glob.glob(prefix + "*"):
+        with open(path) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 6:
+                    continue
+                us = int(parts[2])
+                lat.append(us)
+                if keep_records:
+                    r.records.append((int(parts[4]) + int(parts[5]) / 1e6, us))
+    shutil.rmtree(prefix_dir, ignore_errors=True)
+    lat.sort()
+    r.latencies_us = lat
+    if lat:
+        r.p50_ms = percentile(lat, 50) / 1000.0
+        r.p99_ms = percentile(lat, 99) / 1000.0
+    elif not r.errors:
+        r.errors.append("no per-transaction log lines")
+    return r
+
+
+# ------------------------------------------------------------------------------------------------
+# Data preparation
+# ------------------------------------------------------------------------------------------------
+
+def split_range(lo: int, hi: int, parts: int):
+    n = hi - lo + 1
+    step = (n + parts - 1) // parts
+    out = []
+    a = lo
+    while a <= hi:
+        b = min(hi, a + step - 1)
+        out.append((a, b))
+        a = b + 1
+    return out
+
+
+def parallel_sql(server: Server, scripts: list[str]) -> None:
+    errors = []
+
+    def work(s):
+        try:
+            server.execute(s)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(s,)) for s in scripts]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def fill_idem(server: Server, n: int, tag: str, body: bool, lease: str | None, ttl: str | None) -> float:
+    """n completed keys through idem_claim + idem_complete, one key per transaction as an
+    application does it (so page pruning sees the same pattern as in production), in
+    FILL_WORKERS sessions with synchronous_commit off (that changes no byte on disk).
+    Returns keys per second."""
+    lease_sql = f"interval '{lease}'" if lease else "NULL"
+    ttl_sql = f"interval '{ttl}'" if ttl else "NULL"
+    body_sql = SMALL_BODY.format(i="i") if body else "NULL::jsonb"
+    scripts = []
+    for lo, hi in split_range(1, n, FILL_WORKERS):
+        scripts.append(f"""
+SET synchronous_commit = off;
+DO $do$
+DECLARE t text; k text; f bigint;
+BEGIN
+  FOR i IN {lo}..{hi} LOOP
+    t := 't' || (i % 100 + 1);
+    k := md5('{tag}/' || i)::uuid::text;
+    SELECT c.fence INTO f FROM idem_claim(t, k, '{REQUEST_HASH}', {lease_sql}, {ttl_sql}) AS c;
+    PERFORM idem_complete(t, k, f, 200, {body_sql});
+    COMMIT;
+  END LOOP;
+END
+$do$;
+""")
+    t0 = time.time()
+    parallel_sql(server, scripts)
+    return n / max(1e-9, time.time() - t0)
+
+
+def fill_handrolled(server: Server, n: int, tag: str, body: bool, ttl: str) -> float:
+    """n keys through the hand-rolled lifecycle (INSERT .. ON CONFLICT DO NOTHING, then the
+    UPDATE storing the response), one key per transaction like fill_idem."""
+    body_sql = SMALL_BODY.format(i="i") if body else "NULL::jsonb"
+    scripts = []
+    for lo, hi in split_range(1, n, FILL_WORKERS):
+        scripts.append(f"""
+SET synchronous_commit = off;
+DO $do$
+DECLARE t text; k text;
+BEGIN
+  FOR i IN {lo}..{hi} LOOP
+    t := 't' || (i % 100 + 1);
+    k := md5('{tag}/' || i)::uuid::text;
+    INSERT INTO handrolled_keys (tenant, key, request_hash, status, expires_at)
+    VALUES (t, k, '{REQUEST_HASH}', 'in_progress', now() + interval '{ttl}')
+    ON CONFLICT DO NOTHING;
+    UPDATE handrolled_keys SET status = 'completed', response_code = 200, response_body = {body_sql}
+     WHERE tenant = t AND key = k;
+    COMMIT;
+  END LOOP;
+END
+$do$;
+""")
+    t0 = time.time()
+    parallel_sql(server, scripts)
+    return n / max(1e-9, time.time() - t0)
+
+
+def reset_tables(server: Server) -> None:
+    server.execute("""
+TRUNCATE payments, handrolled_keys, idem.keys RESTART IDENTITY;
+ALTER SEQUENCE bench_pair_seq RESTART;
+ALTER SEQUENCE bench_outcome_claimed RESTART;
+ALTER SEQUENCE bench_outcome_completed RESTART;
+ALTER SEQUENCE bench_outcome_in_progress RESTART;
+ALTER SEQUENCE bench_outcome_other RESTART;
+""")
+
+
+def seq_count(server: Server, seq: str) -> int:
+    last, called = server.rows(f"SELECT last_value, is_called FROM {seq}")[0]
+    return int(last) if called == "t" else 0
+
+
+def snapshot(server: Server) -> dict:
+    row = server.rows("""
+SELECT pg_current_wal_lsn() - '0/0'::pg_lsn,
+       (SELECT wal_records FROM pg_stat_wal), (SELECT wal_fpi FROM pg_stat_wal),
+       (SELECT wal_bytes FROM pg_stat_wal),
+       (SELECT n_tup_upd FROM pg_stat_user_tables WHERE relid = 'idem.keys'::regclass),
+       (SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = 'idem.keys'::regclass),
+       (SELECT n_tup_upd FROM pg_stat_user_tables WHERE relid = 'public.handrolled_keys'::regclass),
+       (SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = 'public.handrolled_keys'::regclass)
+""")[0]
+    keys = ["lsn", "wal_records", "wal_fpi", "wal_bytes", "idem_upd", "idem_hot", "hr_upd", "hr_hot"]
+    return {k: int(float(v)) for k, v in zip(keys, row)}
+
+
+# ------------------------------------------------------------------------------------------------
+# The scenario matrix
+# ------------------------------------------------------------------------------------------------
+
+def check_run(server: Server, scenario: str, r: PgbenchResult, before: dict, after: dict,
+              extra: dict, replay_pool: int) -> list[str]:
+    """Sanity checks: the scenario did what it claims. Returns problems found."""
+    problems = []
+    q = server.rows("""
+SELECT (SELECT count(*) FROM payments),
+       (SELECT count(*) FROM handrolled_keys),
+       (SELECT count(*) FILTER (WHERE status = 'completed') FROM handrolled_keys),
+       (SELECT count(*) FROM idem.keys),
+       (SELECT count(*) FROM idem.keys WHERE state = 'c'),
+       (SELECT count(*) FROM idem.keys WHERE state = 'p')
+""")[0]
+    payments, hr, hr_done, keys, keys_done, keys_open = map(int, q)
+    n = r.txns
+    idem_upd = after["idem_upd"] - before["idem_upd"]
+    hr_upd = after["hr_upd"] - before["hr_upd"]
+    extra["rows"] = dict(payments=payments, handrolled_keys=hr, idem_keys=keys,
+                         idem_completed=keys_done, idem_in_progress=keys_open)
+    rel = {"handrolled": "handrolled_keys", "pg_idem": "idem.keys", "lease": "idem.keys",
+           "contended": "idem.keys"}.get(scenario)
+    if rel:
+        size = int(server.value(f"SELECT pg_table_size('{rel}') + pg_indexes_size('{rel}')"))
+        extra["keys_bytes_per_key"] = size / max(1, hr if rel == "handrolled_keys" else keys)
+
+    def expect(cond, text):
+        if not cond:
+            problems.append(f"{scenario}: {text}")
+
+    if scenario == "bare":
+        expect(payments == n, f"payments {payments} != transactions {n}")
+    elif scenario == "handrolled":
+        expect(payments == n and hr == n and hr_done == n,
+               f"payments {payments}, keys {hr}, completed {hr_done} != transactions {n}")
+        expect(hr_upd == n, f"handrolled_keys updates {hr_upd} != transactions {n}")
+    elif scenario in ("pg_idem", "lease"):
+        expect(payments == n and keys == n and keys_done == n,
+               f"payments {payments}, keys {keys}, completed {keys_done} != transactions {n}")
+        expect(idem_upd == n, f"idem.keys updates {idem_upd} != transactions {n}")
+    elif scenario == "replay":
+        expect(payments == 0 and keys == replay_pool and keys_done == replay_pool,
+               f"replay changed data: payments {payments}, keys {keys}/{replay_pool}")
+        expect(idem_upd == 0, f"replay updated idem.keys {idem_upd} times")
+    elif scenario == "contended":
+        outcomes = {o: seq_count(server, f"bench_outcome_{o}")
+                    for o in ("claimed", "completed", "in_progress", "other")}
+        extra["outcomes"] = outcomes
+        expect(sum(outcomes.values()) == n, f"outcome tally {sum(outcomes.values())} != transactions {n}")
+        expect(outcomes["other"] == 0, f"{outcomes['other']} claims answered mismatch/failed/stale_key")
+        expect(payments == outcomes["claimed"] == keys_done == keys,
+               f"payments {payments}, claimed {outcomes['claimed']}, keys {keys}, completed {keys_done} differ")
+        expect(idem_upd == outcomes["claimed"], f"idem.keys updates {idem_upd} != claims {outcomes['claimed']}")
+        expect(keys_open == 0, f"{keys_open} keys left in progress")
+    return problems
+
+
+CALIBRATION_SQL = "n := (SELECT count(*) FROM generate_series(1, 1000000));"
+
+
+def calibrate(server: Server) -> float:
+    """Milliseconds of a fixed CPU-bound query in one backend, taken before every run: if it
+    drifts, the machine's speed drifted (noisy neighbours, shared cores), even when neither
+    other processes nor steal time show it."""
+    best = None
+    for _ in range(3):
+        _, secs = timed_notice(server, CALIBRATION_SQL)
+        best = secs if best is None else min(best, secs)
+    return best * 1000.0
+
+
+def run_matrix(server: Server, args, workdir: str, results: dict) -> list[str]:
+    problems: list[str] = []
+    runs = []
+    for sc in SCENARIOS:
+        if sc not in args.scenarios:
+            continue
+        if sc == "contended":
+            runs.append((sc, args.contended_clients))
+        else:
+            for c in args.clients:
+                runs.append((sc, c))
+    results["matrix_order"] = [f"{s}@{c}" for s, c in runs]
+    data = results.setdefault("runs", {})
+    replay_ready = {"n": 0}
+
+    def prepare(sc: str):
+        if sc == "replay":
+            if replay_ready["n"] != args.replay_keys:
+                reset_tables(server)
+                t0 = time.time()
+                fill_idem(server, args.replay_keys, "replay", body=True, lease=None, ttl=None)
+                server.execute("VACUUM (ANALYZE) idem.keys;")
+                log(f"  replay pool: {args.replay_keys} completed keys in {time.time() - t0:.1f}s")
+                replay_ready["n"] = args.replay_keys
+        else:
+            # no ANALYZE here: statistics of an empty table (reltuples 0) make the generic plans
+            # that pgbench's prepared statements and pg_idem's SPI plans keep for the whole run
+            # sequential scans, and every transaction then scans the growing table. After
+            # TRUNCATE reltuples is -1 (unknown) and the planner picks the indexes.
+            reset_tables(server)
+            replay_ready["n"] = 0
+        server.execute("CHECKPOINT;")
+
+    def variables(sc: str) -> dict:
+        if sc == "replay":
+            return {"pool": args.replay_keys}
+        if sc == "contended":
+            return {"run": uuid.uuid4().hex[:12]}
+        return {}
+
+    # warm-up: every script once, short, not recorded
+    if args.warmup > 0:
+        log(f"warm-up: {args.warmup}s per scenario")
+        for sc in [s for s in SCENARIOS if s in args.scenarios]:
+            prepare(sc)
+            c = args.contended_clients if sc == "contended" else 2
+            r = run_pgbench(server, workdir, SCENARIO_DIR / f"{sc}.sql", c, args.warmup,
+                            variables(sc), tag=f"warm-{sc}")
+            if r.errors:
+                problems.append(f"warm-up {sc}: " + "; ".join(r.errors))
+        server.wait_for_clients_gone()
+
+    for rnd in range(args.rounds):
+        order = runs if rnd % 2 == 0 else list(reversed(runs))
+        log(f"round {rnd + 1}/{args.rounds}: " + " ".join(f"{s}@{c}" for s, c in order))
+        for sc, c in order:
+            prepare(sc)
+            cal = calibrate(server)
+            before = snapshot(server)
+            r = run_pgbench(server, workdir, SCENARIO_DIR / f"{sc}.sql", c, args.duration,
+                            variables(sc), tag=f"{sc}-{c}-{rnd}")
+            server.wait_for_clients_gone()
+            after = snapshot(server)
+            extra: dict = {}
+            probs = [f"{sc}@{c} round {rnd + 1}: {e}" for e in r.errors]
+            if not r.errors:
+                probs += check_run(server, sc, r, before, after, extra, args.replay_keys)
+            problems += probs
+            n = max(1, r.txns)
+            rec = {
+                "round": rnd + 1, "tps": r.tps, "txns": r.txns, "failed": r.failed,
+                "p50_ms": r.p50_ms, "p99_ms": r.p99_ms,
+                "wal_bytes_per_txn": (after["lsn"] - before["lsn"]) / n,
+                "wal_fpi_per_txn": (after["wal_fpi"] - before["wal_fpi"]) / n,
+                "wal_records_per_txn": (after["wal_records"] - before["wal_records"]) / n,
+                "idem_upd": after["idem_upd"] - before["idem_upd"],
+                "idem_hot": after["idem_hot"] - before["idem_hot"],
+                "hr_upd": after["hr_upd"] - before["hr_upd"],
+                "hr_hot": after["hr_hot"] - before["hr_hot"],
+                "other_cpu_share": r.cpu.get("other_cpu_share"), "other_top": r.cpu.get("other_top"),
+                "steal_share": r.cpu.get("steal_share"), "our_cpu_share": r.cpu.get("our_cpu_share"),
+                "cpu_cal_ms": cal,
+                "errors": probs, **extra,
+            }
+            data.setdefault(f"{sc}@{c}", []).append(rec)
+            tps_s = f"{r.tps:9.1f}" if r.tps is not None else "     n/a"
+            p99_s = f"{r.p99_ms:.2f}" if r.p99_ms is not None else "n/a"
+            noise = rec["other_cpu_share"] or 0
+            log(f"  {sc:>10} @{c:<2} tps {tps_s}  p99 {p99_s} ms  "
+                f"WAL {rec['wal_bytes_per_txn']:.0f} B/txn  other CPU {noise * 100:.0f}%  "
+                f"steal {(rec['steal_share'] or 0) * 100:.0f}%  cal {cal:.0f} ms"
+                + (f" ({', '.join(rec['other_top'])})" if noise > 0.05 else "")
+                + ("  ERR " + "; ".join(probs) if probs else ""))
+    return problems
+
+
+# ------------------------------------------------------------------------------------------------
+# Sizes and purge
+# ------------------------------------------------------------------------------------------------
+
+def rel_size(server: Server, rel: str) -> dict:
+    server.execute(f"VACUUM (ANALYZE) {rel};")
+    row = server.rows(f"SELECT pg_table_size('{rel}'), pg_indexes_size('{rel}'), "
+                      f"pg_relation_size('{rel}'), count(*), coalesce(avg(pg_column_size(r.*)), 0) "
+                      f"FROM {rel} AS r")[0]
+    table, index, heap, count = map(int, row[:4])
+    return {"table_bytes": table, "index_bytes": index, "heap_bytes": heap, "rows": count,
+            "avg_row_bytes": float(row[4]),
+            "per_key": (table + index) / max(1, count), "table_per_key": table / max(1, count),
+            "index_per_key": index / max(1, count)}
+
+
+def timed_notice(server: Server, body: str) -> tuple[int, float]:
+    """Runs `n := <body>` in a DO block; returns (n, seconds) measured by the server."""
+    err = server.execute(f"""
+DO $do$
+DECLARE t0 timestamptz := clock_timestamp(); n bigint;
+BEGIN
+  {body}
+  RAISE NOTICE 'RESULT % %', n, extract(epoch FROM clock_timestamp() - t0);
+END
+$do$;
+""")
+    m = re.search(r"RESULT (\d+) ([0-9.]+)", err)
+    if not m:
+        raise BenchError(f"no RESULT notice in: {err}")
+    return int(m.group(1)), float(m.group(2))
+
+
+def purge_status(server: Server) -> dict:
+    row = server.rows("SELECT state, coalesce(last_pass_keys, 0), coalesce(last_pass_ms, 0), total_passes, "
+                      "total_keys, extract(epoch FROM last_pass_at) FROM idem_purge_status() "
+                      "WHERE database = current_database()")
+    if not row:
+        raise BenchError("idem_purge_status() has no row for this database (is pg_idem preloaded?)")
+    state, keys, ms, passes, total, at = row[0]
+    return {"state": state, "last_pass_keys": int(keys), "last_pass_ms": int(ms),
+            "total_passes": int(passes), "total_keys": int(total),
+            "last_pass_at": float(at) if at else None}
+
+
+def set_purge_interval(server: Server, value: str | None) -> None:
+    if value is None:
+        server.execute("ALTER SYSTEM RESET pg_idem.purge_interval; SELECT pg_reload_conf();")
+    else:
+        server.execute(f"ALTER SYSTEM SET pg_idem.purge_interval = '{value}'; SELECT pg_reload_conf();")
+
+
+def run_sizes_and_purge(server: Server, args, workdir: str, results: dict) -> list[str]:
+    problems = []
+    n = args.keys
+    out = results.setdefault("storage", {})
+    purge = results.setdefault("purge", {})
+
+    # 1. pg_idem, no body: size, then idem_purge() of all of them (expired: lease/ttl 1 ms)
+    reset_tables(server)
+    log(f"sizes: filling {n} pg_idem keys (no body, expired)")
+    out["fill_rate_pg_idem"] = fill_idem(server, n, "size", body=False, lease="1 ms", ttl="1 ms")
+    out["pg_idem_nobody"] = rel_size(server, "idem.keys")
+    server.execute("CHECKPOINT;")
+    lsn0 = snapshot(server)["lsn"]
+    deleted, secs = timed_notice(server, "n := idem_purge();")
+    wal = snapshot(server)["lsn"] - lsn0
+    purge["idem_purge"] = {"keys": deleted, "seconds": secs, "keys_per_s": deleted / max(secs, 1e-9),
+                           "wal_bytes_per_key": wal / max(1, deleted)}
+    if deleted != n:
+        problems.append(f"idem_purge() deleted {deleted} of {n} expired keys")
+    log(f"  idem_purge(): {deleted} keys in {secs:.2f}s = {deleted / max(secs, 1e-9):,.0f} keys/s")
+
+    # 2. pg_idem, small body: size; these stay for the worker purge below
+    reset_tables(server)
+    log(f"sizes: filling {n} pg_idem keys (small body, expired)")
+    fill_idem(server, n, "size", body=True, lease="1 ms", ttl="1 ms")
+    out["pg_idem_body"] = rel_size(server, "idem.keys")
+
+    # 3. claim latency without and with the purge worker deleting n keys
+    base_tps = median([x["tps"] for x in results.get("runs", {}).get("pg_idem@1", [])]) or 200.0
+    rate = max(20, int(base_tps * args.latency_load))
+    purge["load"] = {"script": "pg_idem.sql", "clients": 2, "rate_tps": rate}
+    server.execute("CHECKPOINT;")
+    log(f"purge: baseline claim latency, pg_idem.sql at {rate} tps for {args.latency_seconds}s")
+    purge["baseline_cal_ms"] = calibrate(server)
+    lsn0 = snapshot(server)["lsn"]
+    r0 = run_pgbench(server, workdir, SCENARIO_DIR / "pg_idem.sql", 2, args.latency_seconds,
+                     rate=rate, tag="lat-base")
+    server.wait_for_clients_gone()
+    load_wal_per_txn = (snapshot(server)["lsn"] - lsn0) / max(1, r0.txns)
+    purge["baseline_other_cpu"] = r0.cpu.get("other_cpu_share")
+    purge["baseline_steal"] = r0.cpu.get("steal_share")
+    problems += [f"latency baseline: {e}" for e in r0.errors]
+    purge["baseline_p50_ms"], purge["baseline_p99_ms"] = r0.p50_ms, r0.p99_ms
+
+    expired = int(server.value("SELECT count(*) FROM idem.keys WHERE expires_at < now()"))
+    status0 = purge_status(server)
+    purge["during_cal_ms"] = calibrate(server)
+    server.execute("CHECKPOINT;")
+    lsn0 = snapshot(server)["lsn"]
+    log(f"purge: worker purge of {expired} keys under the same load")
+    # the load runs in short pgbench chunks until the pass is over, so it covers the whole pass
+    # however long it takes, and every chunk's log is complete
+    chunk = max(2.0, min(5.0, args.latency_seconds))
+    stop = threading.Event()
+    r1 = PgbenchResult()
+    r1.cpu = {"other_cpu_share": 0.0, "steal_share": 0.0}
+
+    def load():
+        i = 0
+        while True:
+            r = run_pgbench(server, workdir, SCENARIO_DIR / "pg_idem.sql", 2, chunk,
+                            rate=rate, keep_records=True, tag=f"lat-purge-{i}")
+            i += 1
+            r1.records += r.records
+            r1.txns += r.txns
+            r1.errors += r.errors
+            r1.cpu["other_cpu_share"] = max(r1.cpu["other_cpu_share"], r.cpu.get("other_cpu_share") or 0)
+            r1.cpu["steal_share"] = max(r1.cpu["steal_share"], r.cpu.get("steal_share") or 0)
+            if stop.is_set() or r.errors:
+                return
+
+    th = threading.Thread(target=load)
+    th.start()
+    time.sleep(2.0)
+    # a long interval: the worker wakes on the reload, runs exactly one pass, then sleeps
+    set_purge_interval(server, "1h")
+    deadline = time.time() + args.max_purge_load
+    st = status0
+    while time.time() < deadline:
+        st = purge_status(server)
+        if st["total_passes"] > status0["total_passes"] and st["state"] != "purging":
+            break
+        time.sleep(0.05)
+    else:
+        problems.append(f"the purge worker's pass did not end within {args.max_purge_load:.0f}s")
+    time.sleep(1.0)
+    stop.set()
+    set_purge_interval(server, None)
+    th.join()
+    server.wait_for_clients_gone()
+    problems += [f"latency during purge: {e}" for e in r1.errors]
+    purge["during_other_cpu"] = r1.cpu.get("other_cpu_share")
+    purge["during_steal"] = r1.cpu.get("steal_share")
+    keys_w, ms_w = st["last_pass_keys"], st["last_pass_ms"]
+    wal_w = snapshot(server)["lsn"] - lsn0 - load_wal_per_txn * r1.txns
+    purge["worker"] = {"keys": keys_w, "ms": ms_w, "keys_per_s": keys_w / max(ms_w / 1000.0, 1e-9),
+                       "wal_bytes_per_key": wal_w / max(1, keys_w),
+                       "batch_size": int(server.value("SHOW pg_idem.purge_batch_size")),
+                       "expired_before": expired}
+    if keys_w < expired:
+        problems.append(f"purge worker pass deleted {keys_w} of {expired} expired keys")
+    log(f"  worker: {keys_w} keys in {ms_w} ms = {purge['worker']['keys_per_s']:,.0f} keys/s")
+    during = []
+    if st["last_pass_at"]:
+        w_end = st["last_pass_at"]
+        w_start = w_end - ms_w / 1000.0
+        purge["window_s"] = ms_w / 1000.0
+        # transactions that overlapped the purge pass
+        during = sorted(us for end, us in r1.records if end >= w_start and end - us / 1e6 <= w_end)
+        purge["during_txns"] = len(during)
+        outside = sorted(us for end, us in r1.records if end < w_start or end - us / 1e6 > w_end)
+        purge["outside_p99_ms"] = percentile(outside, 99) / 1000.0 if outside else None
+    purge["during_p50_ms"] = percentile(during, 50) / 1000.0 if during else None
+    purge["during_p99_ms"] = percentile(during, 99) / 1000.0 if during else None
+    purge["during_max_ms"] = during[-1] / 1000.0 if during else None
+    log(f"  claim p99 baseline {purge['baseline_p99_ms']} ms, during purge {purge['during_p99_ms']} ms "
+        f"({len(during)} txns)")
+
+    # 4. hand-rolled table, no body and small body; its own DELETE as a purge reference
+    for body in (False, True):
+        reset_tables(server)
+        log(f"sizes: filling {n} handrolled keys ({'small body' if body else 'no body'})")
+        rate_hr = fill_handrolled(server, n, "size", body=body, ttl="1 ms")
+        out["fill_rate_handrolled"] = rate_hr
+        out["handrolled_body" if body else "handrolled_nobody"] = rel_size(server, "handrolled_keys")
+    # the reference purge runs under the same claim load: what a bare DELETE of as many rows
+    # does to claim latency on this machine (on 2 CPUs, any busy backend takes half of it)
+    server.execute("CHECKPOINT;")
+    load_s = max(args.latency_seconds, 2 + n / 100_000 + 3)
+    box = {}
+    th = threading.Thread(target=lambda: box.setdefault("r", run_pgbench(
+        server, workdir, SCENARIO_DIR / "pg_idem.sql", 2, load_s, rate=rate, keep_records=True, tag="lat-hr")))
+    th.start()
+    time.sleep(2.0)
+    t0 = time.time()
+    deleted, secs = timed_notice(server, "DELETE FROM handrolled_keys WHERE expires_at < now(); "
+                                         "GET DIAGNOSTICS n = ROW_COUNT;")
+    t1 = time.time()
+    th.join()
+    server.wait_for_clients_gone()
+    r2 = box["r"]
+    problems += [f"latency during handrolled DELETE: {e}" for e in r2.errors]
+    during = sorted(us for end, us in r2.records if end >= t0 and end - us / 1e6 <= t1)
+    purge["handrolled_delete"] = {"keys": deleted, "seconds": secs, "keys_per_s": deleted / max(secs, 1e-9),
+                                  "during_p99_ms": percentile(during, 99) / 1000.0 if during else None,
+                                  "during_txns": len(during)}
+    reset_tables(server)
+    return problems
+
+
+# ------------------------------------------------------------------------------------------------
+# Environment
+# ------------------------------------------------------------------------------------------------
+
+def elf_section_names(path: str) -> set[str]:
+    """Section names of an ELF64 little-endian shared object (enough to spot debug info)."""
+    try:
+        with open(path, "rb") as f:
+            ident = f.read(64)
+            if ident[:4] != b"\x7fELF" or ident[4] != 2:
+                return set()
+            e_shoff = struct.unpack_from("<Q", ident, 0x28)[0]
+            e_shentsize, e_shnum, e_shstrndx = struct.unpack_from("<HHH", ident, 0x3A)
+            f.seek(e_shoff)
+            sh = f.read(e_shentsize * e_shnum)
+            def sect(i):
+                return struct.unpack_from("<IIQQQQIIQQ", sh, i * e_shentsize)
+            strtab = sect(e_shstrndx)
+            f.seek(strtab[4])
+            names = f.read(strtab[5])
+            out = set()
+            for i in range(e_shnum):
+                off = sect(i)[0]
+                out.add(names[off:names.index(b"\0", off)].decode(errors="replace"))
+            return out
+    except (OSError, struct.error, ValueError):
+        return set()
+
+
+def environment(server: Server) -> dict:
+    env = {}
+    env["cpus"] = os.cpu_count()
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+        m = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
+        env["cpu_model"] = m.group(1).strip() if m else platform.processor()
+        mem = re.search(r"^MemTotal:\s*(\d+) kB", Path("/proc/meminfo").read_text(), re.M)
+        env["memory_gib"] = round(int(mem.group(1)) / 1024 / 1024, 1) if mem else None
+    except OSError:
+        env["cpu_model"] = platform.processor()
+    env["kernel"] = platform.release()
+    env["python"] = platform.python_version()
+    env["postgres"] = server.value("SELECT version()")
+    env["pgbench"] = subprocess.run(["pgbench", "--version"], capture_output=True, text=True).stdout.strip()
+    env["pg_idem_version"] = server.value("SELECT extversion FROM pg_extension WHERE extname = 'pg_idem'")
+    libdir = server.value("SELECT setting FROM pg_config() WHERE name = 'PKGLIBDIR'")
+    so = os.path.join(libdir, "pg_idem.so")
+    try:
+        st = os.stat(so)
+        sections = elf_section_names(so)
+        debug = ".debug_info" in sections
+        env["pg_idem_so"] = {
+            "path": so, "bytes": st.st_size,
+            "mtime": dt.datetime.fromtimestamp(st.st_mtime).isoformat(timespec="seconds"),
+            "debug_info": debug,
+            "profile_guess": ("debug (has .debug_info; unoptimised dev profile likely)"
+                              if debug and st.st_size > 20_000_000 else
+                              "release (no .debug_info)" if not debug else
+                              "release with debug info"),
+        }
+    except OSError:
+        env["pg_idem_so"] = {"path": so, "profile_guess": "unknown"}
+    names = ["shared_buffers", "synchronous_commit", "fsync", "wal_level", "max_wal_size",
+             "checkpoint_timeout", "full_page_writes", "wal_compression", "autovacuum",
+             "max_connections", "shared_preload_libraries", "pg_idem.purge_interval",
+             "pg_idem.purge_batch_size", "pg_idem.database", "work_mem", "default_transaction_isolation",
+             "lc_collate", "jit", "wal_sync_method", "huge_pages"]
+    rows = server.rows("SELECT name, current_setting(name) FROM pg_settings WHERE name IN ("
+                       + ",".join(f"'{n}'" for n in names) + ") ORDER BY name")
+    env["settings"] = {k: v for k, v in rows}
+    return env
+
+
+# ------------------------------------------------------------------------------------------------
+# Report
+# ------------------------------------------------------------------------------------------------
+
+def summarize(results: dict) -> dict:
+    summ = {}
+    for key, recs in results.get("runs", {}).items():
+        ok = [r for r in recs if r["tps"] is not None]
+        s = {
+            "rounds": len(recs),
+            "tps": median([r["tps"] for r in ok]),
+            "tps_min": min((r["tps"] for r in ok), default=None),
+            "tps_max": max((r["tps"] for r in ok), default=None),
+            "p50_ms": median([r["p50_ms"] for r in ok]),
+            "p99_ms": median([r["p99_ms"] for r in ok]),
+            "wal_bytes_per_txn": median([r["wal_bytes_per_txn"] for r in ok]),
+            "wal_fpi_per_txn": median([r["wal_fpi_per_txn"] for r in ok]),
+            "keys_bytes_per_key": median([r.get("keys_bytes_per_key") for r in ok]),
+            "txns": sum(r["txns"] for r in recs),
+            "other_cpu_max": max((r.get("other_cpu_share") or 0 for r in recs), default=0),
+            "steal_max": max((r.get("steal_share") or 0 for r in recs), default=0),
+            "cal_ms": median([r.get("cpu_cal_ms") for r in recs]),
+        }
+        iu = sum(r["idem_upd"] for r in recs)
+        ih = sum(r["idem_hot"] for r in recs)
+        hu = sum(r["hr_upd"] for r in recs)
+        hh = sum(r["hr_hot"] for r in recs)
+        s["idem_hot_share"] = ih / iu if iu else None
+        s["hr_hot_share"] = hh / hu if hu else None
+        s["idem_updates"], s["hr_updates"] = iu, hu
+        outs = [r["outcomes"] for r in recs if "outcomes" in r]
+        if outs:
+            s["outcomes"] = {k: sum(o[k] for o in outs) for k in outs[0]}
+        summ[key] = s
+    return summ
+
+
+def fmt(x, nd=1, unit=""):
+    if x is None:
+        return "n/a"
+    if isinstance(x, float):
+        return f"{x:,.{nd}f}{unit}"
+    return f"{x:,}{unit}"
+
+
+def svg_chart(summ: dict, scenarios: list[str], clients: list[int], contended_clients: int,
+              title: str) -> str:
+    groups = [s for s in scenarios if any(k.startswith(s + "@") for k in summ)]
+    counts = sorted(set(clients) | ({contended_clients} if "contended" in groups else set()))
+    colors = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756"]
+    vals = [summ[k]["tps"] or 0 for k in summ]
+    vmax = max(vals) if vals else 1
+    # a round axis: 5 steps of 1, 2, 2.5 or 5 times a power of ten
+    raw = max(1.0, vmax * 1.1) / 5
+    mag = 10 ** int(len(str(int(raw))) - 1)
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    top = step * 5
+    W, H, L, R, T, B = 900, 440, 70, 20, 50, 70
+    pw, ph = W - L - R, H - T - B
+    gw = pw / max(1, len(groups))
+    bars_per_group = len(counts)
+    bw = min(42, (gw - 20) / max(1, bars_per_group))
+    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+         f'font-family="Helvetica,Arial,sans-serif" font-size="12">',
+         f'<rect width="{W}" height="{H}" fill="white"/>',
+         f'<text x="{W / 2}" y="24" text-anchor="middle" font-size="16" font-weight="bold">{title}</text>']
+    for i in range(6):
+        v = top * i / 5
+        y = T + ph - ph * v / top
+        o.append(f'<line x1="{L}" y1="{y:.1f}" x2="{W - R}" y2="{y:.1f}" stroke="#ddd"/>')
+        o.append(f'<text x="{L - 6}" y="{y + 4:.1f}" text-anchor="end">{v:,.0f}</text>')
+    o.append(f'<text x="16" y="{T + ph / 2}" transform="rotate(-90 16 {T + ph / 2})" '
+             f'text-anchor="middle">transactions per second (median of rounds)</text>')
+    for gi, g in enumerate(groups):
+        present = [c for c in counts if f"{g}@{c}" in summ]
+        x0 = L + gi * gw + (gw - bw * len(present)) / 2
+        for bi, c in enumerate(present):
+            s = summ[f"{g}@{c}"]
+            v = s["tps"] or 0
+            h = ph * v / top
+            x = x0 + bi * bw
+            y = T + ph - h
+            col = colors[counts.index(c) % len(colors)]
+            o.append(f'<rect x="{x + 2:.1f}" y="{y:.1f}" width="{bw - 4:.1f}" height="{h:.1f}" fill="{col}">'
+                     f'<title>{g} @ {c} clients: {v:,.0f} tps</title></rect>')
+            ytext = y
+            if s["tps_min"] is not None and s["tps_max"] is not None and s["rounds"] > 1:
+                y1 = T + ph - ph * s["tps_min"] / top
+                y2 = T + ph - ph * s["tps_max"] / top
+                xm = x + bw / 2
+                o.append(f'<line x1="{xm:.1f}" y1="{y1:.1f}" x2="{xm:.1f}" y2="{y2:.1f}" stroke="#333"/>')
+                ytext = min(y, y2)
+            o.append(f'<text x="{x + bw / 2:.1f}" y="{ytext - 5:.1f}" text-anchor="middle" font-size="10">'
+                     f'{v:,.0f}</text>')
+        o.append(f'<text x="{L + gi * gw + gw / 2:.1f}" y="{T + ph + 18}" text-anchor="middle" '
+                 f'font-weight="bold">{g}</text>')
+    o.append(f'<line x1="{L}" y1="{T + ph}" x2="{W - R}" y2="{T + ph}" stroke="#333"/>')
+    lx = L
+    for c in counts:
+        col = colors[counts.index(c) % len(colors)]
+        o.append(f'<rect x="{lx}" y="{H - 28}" width="14" height="14" fill="{col}"/>')
+        o.append(f'<text x="{lx + 20}" y="{H - 17}">{c} client{"s" if c != 1 else ""}</text>')
+        lx += 110
+    o.append(f'<text x="{W - R}" y="{H - 17}" text-anchor="end" fill="#555">whiskers: min-max over rounds</text>')
+    o.append("</svg>")
+    return "\n".join(o) + "\n"
+
+
+def target_line(name: str, value, target, higher_is_better=True, unit="x", fmt_v=None):
+    """One row of the targets table: met/missed and the gap."""
+    fv = fmt_v or (lambda v: f"{v:.2f}{unit}")
+    if value is None or target is None:
+        return f"| {name} | n/a | {fv(target) if target is not None else 'n/a'} | not measured |"
+    met = value >= target if higher_is_better else value <= target
+    if met:
+        verdict = "**met**"
+    else:
+        if higher_is_better:
+            gap = (target - value) / target * 100
+            verdict = f"**missed** by {gap:.1f}% (needs {target / value:.2f}x more)" if value > 0 else "**missed**"
+        else:
+            gap = (value - target) / target * 100
+            verdict = f"**missed** by {gap:.1f}% over"
+    return f"| {name} | {fv(value)} | {'≥' if higher_is_better else '≤'} {fv(target)} | {verdict} |"
+
+
+def write_report(out: Path, args, results: dict, summ: dict, problems: list[str]) -> None:
+    env = results.get("environment", {})
+    clients = args.clients
+    lines = []
+    L = lines.append
+    L("# pg_idem benchmark report")
+    L("")
+    L(f"Generated {results['finished_at']} by `{results['command']}` "
+      f"({'SMOKE mode: numbers are not meaningful' if args.smoke else 'full mode'}; "
+      f"{args.rounds} round(s) x {args.duration:g}s per run, {args.keys:,} keys for sizes/purge; "
+      f"total {results.get('elapsed_s', 0) / 60:.1f} min).")
+    L("")
+    if problems:
+        L("**Errors / failed checks:**")
+        L("")
+        for p in problems:
+            L(f"- {p}")
+        L("")
+    so = env.get("pg_idem_so", {})
+    L("## Environment")
+    L("")
+    L(f"- CPU: {env.get('cpus')} x {env.get('cpu_model')}, memory {env.get('memory_gib')} GiB, kernel {env.get('kernel')}")
+    L(f"- {env.get('postgres')}; {env.get('pgbench')}")
+    L(f"- pg_idem {env.get('pg_idem_version')}: `{so.get('path')}`, {fmt(so.get('bytes'), 0)} bytes, "
+      f"built {so.get('mtime')}, build profile: **{so.get('profile_guess')}**")
+    L(f"- Server settings: " + ", ".join(f"`{k} = {v}`" for k, v in env.get("settings", {}).items()))
+    L("- fsync and synchronous_commit are at their defaults (on): every commit waits for a WAL flush. "
+      "Server and pgbench share the same CPUs, connections go over TCP to 127.0.0.1.")
+    L(f"- pgbench `-M prepared`, `-j` = min(clients, 2); keys are random UUID strings, tenants `t1`..`t100`; "
+      f"tables are truncated and a CHECKPOINT taken before every run, so every run starts from empty "
+      f"tables (WAL per transaction then holds almost no full-page images: the pages are new). The purge worker is paused "
+      f"(`pg_idem.purge_interval = 0`) except during the purge measurement.")
+    L(f"- Runs per round in ABBA order (odd rounds forward, even rounds reversed): "
+      + ", ".join(results.get("matrix_order", [])))
+    L("")
+    L("## Throughput and latency")
+    L("")
+    L("![TPS per scenario and client count](tps.svg)")
+    L("")
+    noisy = {k: s for k, s in summ.items() if s.get("other_cpu_max", 0) > 0.05 or s.get("steal_max", 0) > 0.05}
+    if noisy:
+        L(f"**Noisy machine:** other processes (or the hypervisor, as steal time) took more than 5% of the CPUs during "
+          f"{len(noisy)} of {len(summ)} scenario/client combinations (column \"other CPU\", the "
+          f"worst round; see `other_top` in results.json). Numbers from those runs are not comparable; "
+          f"rerun on an idle machine.")
+        L("")
+    L("| scenario | clients | TPS (median) | TPS min-max | p50 ms | p99 ms | WAL B/txn | FPI/txn | HOT share of updates | keys table B/key | other CPU | steal | CPU cal. ms |")
+    L("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for sc in SCENARIOS:
+        for key in sorted([k for k in summ if k.startswith(sc + "@")], key=lambda k: int(k.split("@")[1])):
+            s = summ[key]
+            c = key.split("@")[1]
+            hot = s["hr_hot_share"] if sc == "handrolled" else s["idem_hot_share"]
+            hot_s = f"{hot * 100:.1f}%" if hot is not None else "-"
+            L(f"| {sc} | {c} | {fmt(s['tps'])} | {fmt(s['tps_min'], 0)}-{fmt(s['tps_max'], 0)} | "
+              f"{fmt(s['p50_ms'], 3)} | {fmt(s['p99_ms'], 3)} | {fmt(s['wal_bytes_per_txn'], 0)} | "
+              f"{fmt(s['wal_fpi_per_txn'], 2)} | {hot_s} | {fmt(s['keys_bytes_per_key'], 0)} | "
+              f"{s.get('other_cpu_max', 0) * 100:.0f}% | {s.get('steal_max', 0) * 100:.0f}% | "
+              f"{fmt(s.get('cal_ms'), 0)} |")
+    L("")
+    L("HOT share: `n_tup_hot_upd / n_tup_upd` from `pg_stat_user_tables` over all rounds, for "
+      "`idem.keys` (pg_idem scenarios: the updates are the `idem_complete` calls) and for "
+      "`handrolled_keys` (handrolled: the response UPDATE). Keys table B/key: table plus index bytes "
+      "of the keys table right after the run divided by its keys (no VACUUM; a few thousand to a few "
+      "hundred thousand keys), a cross-check of the storage section below. Other CPU: CPU time of "
+      "processes other than postgres and pgbench during the run, as a share of all CPUs (worst round); "
+      "above a few percent the run was disturbed. Steal: CPU time the hypervisor gave to other guests "
+      "(`/proc/stat`), same scale. CPU cal.: milliseconds of a fixed CPU-bound query "
+      "(`count(*)` over `generate_series(1, 1000000)`, best of 3) just before the run (median of rounds); "
+      "when it moves, the machine's speed moved with it.")
+    cals = [r.get("cpu_cal_ms") for recs in results.get("runs", {}).values() for r in recs if r.get("cpu_cal_ms")]
+    if cals:
+        L("")
+        L(f"Machine speed over the matrix: calibration query {min(cals):.0f}-{max(cals):.0f} ms "
+          f"(median {statistics.median(cals):.0f} ms, spread {(max(cals) / min(cals) - 1) * 100:.0f}%). "
+          + ("**More than 15%: this machine's speed drifted during the run; trust the ratios of the "
+             "same round more than absolute numbers, and use more rounds.**" if max(cals) > 1.15 * min(cals) else ""))
+    L("")
+    L("Checks done after every run (a failure makes the runner exit non-zero): pgbench exit status and "
+      "failed transactions; `bare`: one payment per transaction; `handrolled`: one key, one payment and "
+      "one UPDATE per transaction, every key completed (the UPDATE's `RETURNING ... \\gset` also fails the "
+      "run if it matches nothing); `pg_idem`/`lease`: every claim answered `claimed` (enforced in the "
+      "script), one key, one payment and one `idem.keys` update per transaction, every key completed; "
+      "`replay`: every claim answered `completed` (enforced in the script), no payment, no update, "
+      "pool unchanged; `contended`: outcome tally = transactions, payments = keys = completed keys = "
+      "`claimed` outcomes = `idem.keys` updates, no key left in progress, no mismatch.")
+    L("")
+    if "contended@" + str(args.contended_clients) in summ and summ["contended@" + str(args.contended_clients)].get("outcomes"):
+        o = summ["contended@" + str(args.contended_clients)]["outcomes"]
+        tot = sum(o.values()) or 1
+        L(f"Contended outcomes (all rounds): " + ", ".join(f"{k} {v:,} ({v / tot * 100:.1f}%)" for k, v in o.items())
+          + ". TPS counts every request, including the duplicates that only claim.")
+        L("")
+    # ratios
+    L("### Ratios (medians)")
+    L("")
+    L("| clients | pg_idem / handrolled | pg_idem / bare | handrolled / bare | replay / pg_idem | lease / pg_idem |")
+    L("|---:|---:|---:|---:|---:|---:|")
+
+    def ratio(a, b, c):
+        sa, sb = summ.get(f"{a}@{c}"), summ.get(f"{b}@{c}")
+        if not sa or not sb or not sa["tps"] or not sb["tps"]:
+            return None
+        return sa["tps"] / sb["tps"]
+
+    for c in clients:
+        cells = [ratio("pg_idem", "handrolled", c), ratio("pg_idem", "bare", c), ratio("handrolled", "bare", c),
+                 ratio("replay", "pg_idem", c), ratio("lease", "pg_idem", c)]
+        L(f"| {c} | " + " | ".join(fmt(x, 2, "x") for x in cells) + " |")
+    L("")
+    runs = results.get("runs", {})
+    per_round = []
+    for c in clients:
+        a, b = runs.get(f"pg_idem@{c}", []), runs.get(f"handrolled@{c}", [])
+        vals = [x["tps"] / y["tps"] for x, y in zip(a, b) if x["tps"] and y["tps"]]
+        if len(vals) > 1:
+            per_round.append(f"{c} client(s): " + ", ".join(f"{v:.2f}x" for v in vals))
+    if per_round:
+        L("pg_idem / handrolled per round (same round, a few minutes apart): " + "; ".join(per_round) + ".")
+        L("")
+    # storage
+    st = results.get("storage", {})
+    L(f"## Storage per key ({args.keys:,} completed keys, after VACUUM)")
+    L("")
+    L("| table | response body | rows | avg row B | table bytes | index bytes | bytes/key (table) | bytes/key (indexes) | bytes/key total |")
+    L("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for key, label, body in [("pg_idem_nobody", "idem.keys", "none"), ("handrolled_nobody", "handrolled_keys", "none"),
+                             ("pg_idem_body", "idem.keys", "small (~90 B json)"),
+                             ("handrolled_body", "handrolled_keys", "small (~90 B json)")]:
+        s = st.get(key)
+        if s:
+            L(f"| {label} | {body} | {fmt(s['rows'])} | {fmt(s.get('avg_row_bytes'), 0)} | {fmt(s['table_bytes'])} | {fmt(s['index_bytes'])} | "
+              f"{fmt(s['table_per_key'], 1)} | {fmt(s['index_per_key'], 1)} | {fmt(s['per_key'], 1)} |")
+    L("")
+    L("Both tables are filled through their real lifecycle, one key at a time (pg_idem: idem_claim then "
+      "idem_complete; hand-rolled: INSERT ... ON CONFLICT DO NOTHING then the response UPDATE), "
+      "one key per transaction as an application does it (fill sessions use synchronous_commit = off, "
+      "which changes nothing on disk). Avg row is `avg(pg_column_size(row))`, the tuple without "
+      "page overhead. "
+      f"Fill rate: pg_idem {fmt(st.get('fill_rate_pg_idem'), 0)} keys/s, "
+      f"hand-rolled {fmt(st.get('fill_rate_handrolled'), 0)} keys/s ({FILL_WORKERS} sessions).")
+    L("")
+    # purge
+    pu = results.get("purge", {})
+    L("## Purge")
+    L("")
+    ip, wk, hd = pu.get("idem_purge", {}), pu.get("worker", {}), pu.get("handrolled_delete", {})
+    L("| path | keys | time | keys/s | WAL B/key |")
+    L("|---|---:|---:|---:|---:|")
+    if ip:
+        L(f"| `SELECT idem_purge()` (one call, one transaction, no load) | {fmt(ip['keys'])} | {ip['seconds']:.2f} s | "
+          f"{fmt(ip['keys_per_s'], 0)} | {fmt(ip.get('wal_bytes_per_key'), 0)} |")
+    if wk:
+        L(f"| purge worker, one pass, batches of {wk.get('batch_size')} (under the claim load below) | "
+          f"{fmt(wk['keys'])} | {wk['ms'] / 1000:.2f} s | {fmt(wk['keys_per_s'], 0)} | ~{fmt(wk.get('wal_bytes_per_key'), 0)} |")
+    if hd:
+        L(f"| reference: `DELETE FROM handrolled_keys WHERE expires_at < now()` (one transaction, under the same claim load) | {fmt(hd['keys'])} | {hd['seconds']:.2f} s | {fmt(hd['keys_per_s'], 0)} | |")
+    L("")
+    L("Each purge starts right after a CHECKPOINT, so its WAL includes a full-page image of every page "
+      "it touches first (as a purge of old keys usually does in production). The worker's WAL is the "
+      "WAL of the whole window less the claim load's (baseline WAL per transaction x transactions).")
+    L("")
+    ld = pu.get("load", {})
+    if ld:
+        L(f"Claim latency: `{ld['script']}` (claim + insert + complete) at a fixed {ld['rate_tps']} tps "
+          f"({args.latency_load:.0%} of pg_idem@1 TPS) with {ld['clients']} clients; latency counted from the scheduled start.")
+        L("")
+        L("| | p50 ms | p99 ms | transactions |")
+        L("|---|---:|---:|---:|")
+        L(f"| baseline, no purge | {fmt(pu.get('baseline_p50_ms'), 3)} | {fmt(pu.get('baseline_p99_ms'), 3)} | |")
+        L(f"| during the worker's pass ({fmt(pu.get('window_s'), 2)} s) | {fmt(pu.get('during_p50_ms'), 3)} | "
+          f"{fmt(pu.get('during_p99_ms'), 3)} | {pu.get('during_txns', 0)} |")
+        L(f"| same load run, outside the pass | | {fmt(pu.get('outside_p99_ms'), 3)} | |")
+        if hd:
+            L(f"| reference: during the hand-rolled DELETE ({hd['seconds']:.2f} s) | | "
+              f"{fmt(hd.get('during_p99_ms'), 3)} | {hd.get('during_txns', 0)} |")
+        L("")
+        L(f"With {env.get('cpus')} CPUs, a backend that keeps one CPU busy (the purge worker, or any long "
+          f"query) takes {'half' if env.get('cpus') == 2 else 'a large share'} of the machine from the "
+          f"load and from pgbench; the reference row shows what a plain DELETE of as many rows does to "
+          f"the same load, which separates pg_idem's own effect from CPU contention.")
+        L("")
+        L(f"Noise: calibration query {fmt(pu.get('baseline_cal_ms'), 0)} ms before the baseline and "
+          f"{fmt(pu.get('during_cal_ms'), 0)} ms before the purge run; steal {((pu.get('baseline_steal') or 0) * 100):.0f}% "
+          f"and {((pu.get('during_steal') or 0) * 100):.0f}%. If the p99 outside the pass is far from the "
+          f"baseline's, the machine's speed changed between the two and the ratio is not trustworthy.")
+        L("")
+        oc = max(pu.get("baseline_other_cpu") or 0, pu.get("during_other_cpu") or 0)
+        if oc > 0.05:
+            L(f"**Noisy machine:** other processes used up to {oc * 100:.0f}% of the CPUs during these loads.")
+            L("")
+    # targets
+    L("## Targets")
+    L("")
+    L("| target | measured | goal | verdict |")
+    L("|---|---:|---:|---|")
+    for c in clients:
+        L(target_line(f"pg_idem / handrolled TPS, {c} client(s)", ratio("pg_idem", "handrolled", c), 1.0))
+    for c in clients:
+        L(target_line(f"replay / pg_idem TPS, {c} client(s)", ratio("replay", "pg_idem", c), 2.0))
+    pct = lambda v: f"{v * 100:.1f}%"
+    for sc in ("pg_idem", "lease", "contended"):
+        keys = [k for k in summ if k.startswith(sc + "@")]
+        u = sum(summ[k]["idem_updates"] for k in keys)
+        h = sum((summ[k]["idem_hot_share"] or 0) * summ[k]["idem_updates"] for k in keys)
+        if u:
+            L(target_line(f"HOT share of idem_complete ({sc})", h / u, 0.95, fmt_v=pct))
+    for body in ("nobody", "body"):
+        a, b = st.get(f"pg_idem_{body}"), st.get(f"handrolled_{body}")
+        if a and b:
+            L(target_line(f"bytes/key vs handrolled ({'no body' if body == 'nobody' else 'small body'})",
+                          a["per_key"], b["per_key"], higher_is_better=False, fmt_v=lambda v: f"{v:,.0f} B"))
+    if wk:
+        L(target_line(f"purge worker rate ({fmt(wk['keys'])} keys)", wk["keys_per_s"], 100_000.0,
+                      fmt_v=lambda v: f"{v:,.0f}/s"))
+    if ip:
+        L(target_line(f"idem_purge() rate ({fmt(ip['keys'])} keys)", ip["keys_per_s"], 100_000.0,
+                      fmt_v=lambda v: f"{v:,.0f}/s"))
+    if pu.get("baseline_p99_ms") and pu.get("during_p99_ms"):
+        L(target_line("claim p99 during purge / baseline", pu["during_p99_ms"] / pu["baseline_p99_ms"], 2.0,
+                      higher_is_better=False))
+    L("")
+    if args.smoke:
+        L("_Smoke mode: a few seconds per run and small key counts; it proves the suite works, the numbers "
+          "mean little._")
+        L("")
+    L("## Scenarios")
+    L("")
+    for sc in SCENARIOS:
+        L(f"- `{sc}` ({'%d clients' % args.contended_clients if sc == 'contended' else ', '.join(map(str, clients)) + ' clients'}): {DESCRIPTIONS[sc]} — `bench/scenarios/{sc}.sql`")
+    L("")
+    L("Raw per-round numbers: `results.json`; server log: `server.log`.")
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+
+
+# ------------------------------------------------------------------------------------------------
+# main
+# ------------------------------------------------------------------------------------------------
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description="pg_idem benchmark suite (see bench/README.md)")
+    p.add_argument("--smoke", action="store_true", help="CI mode: ~3 s per run, 1 round, small key counts")
+    p.add_argument("--out", default=str(BENCH_DIR / "out"), help="output directory (default bench/out/)")
+    p.add_argument("--rounds", type=int, help="rounds of the scenario matrix (full: 3)")
+    p.add_argument("--duration", type=float, help="seconds per pgbench run (full: 30)")
+    p.add_argument("--keys", type=int, help="keys for the size and purge measurements (full: 1000000)")
+    p.add_argument("--replay-keys", type=int, help="completed keys in the replay pool (full: 100000)")
+    p.add_argument("--clients", default="1,8", help="client counts, comma-separated (default 1,8)")
+    p.add_argument("--contended-clients", type=int, default=16)
+    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="subset to run, comma-separated")
+    p.add_argument("--warmup", type=float, help="seconds of unrecorded warm-up per scenario")
+    p.add_argument("--latency-seconds", type=float, help="seconds of the baseline claim-latency load")
+    p.add_argument("--latency-load", type=float, default=0.25,
+                   help="claim load during the purge, as a fraction of pg_idem@1 TPS (default 0.25)")
+    p.add_argument("--max-purge-load", type=float, default=900,
+                   help="longest wait for the purge worker's pass, in seconds (default 900)")
+    p.add_argument("--skip-storage", action="store_true", help="skip sizes and purge")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="extra postgresql.conf line (repeatable), e.g. --set synchronous_commit=off")
+    a = p.parse_args(argv)
+    full = dict(rounds=3, duration=30, keys=1_000_000, replay_keys=100_000, warmup=5, latency_seconds=20)
+    smoke = dict(rounds=1, duration=3, keys=20_000, replay_keys=5_000, warmup=1, latency_seconds=3)
+    for k, v in (smoke if a.smoke else full).items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    a.clients = [int(x) for x in a.clients.split(",") if x.strip()]
+    a.scenarios = [s.strip() for s in a.scenarios.split(",") if s.strip()]
+    unknown = set(a.scenarios) - set(SCENARIOS)
+    if unknown:
+        p.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    return a
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv if argv is not None else sys.argv[1:])
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    for tool in ("psql", "pgbench", "bash"):
+        if shutil.which(tool) is None:
+            print(f"error: {tool} not found in PATH", file=sys.stderr)
+            return 2
+
+    settings = [
+        "shared_preload_libraries = 'pg_idem'",
+        "pg_idem.purge_interval = 0",          # paused, except during the purge measurement
+        "shared_buffers = '2GB'",
+        "max_wal_size = '16GB'",
+        "min_wal_size = '1GB'",
+        "checkpoint_timeout = '30min'",
+        "max_connections = 100",
+        "log_checkpoints = on",
+        "log_autovacuum_min_duration = '1s'",
+        "log_min_messages = warning",
+    ]
+    for line in args.set:
+        name, eq, value = line.partition("=")
+        if not eq:
+            print(f"error: --set wants NAME=VALUE, got {line!r}", file=sys.stderr)
+            return 2
+        settings.append(f"{name.strip()} = '{value.strip().strip(chr(39))}'")
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    started = time.time()
+    results: dict = {"command": "python3 " + " ".join(shlex.quote(x) for x in [os.path.relpath(sys.argv[0], REPO_DIR)] + (argv if argv is not None else sys.argv[1:])),
+                     "mode": "smoke" if args.smoke else "full",
+                     "started_at": dt.datetime.now().isoformat(timespec="seconds")}
+    results["args"] = {k: v for k, v in vars(args).items()}
+    problems: list[str] = []
+    server = Server(settings)
+    workdir = tempfile.mkdtemp(prefix="pg_idem_bench_logs.")
+    try:
+        log(f"starting a throwaway server in {server.dir}")
+        server.start()
+        log(f"server on 127.0.0.1:{server.port}")
+        server.execute((BENCH_DIR / "schema.sql").read_text())
+        results["environment"] = environment(server)
+        so = results["environment"].get("pg_idem_so", {})
+        log(f"pg_idem.so: {so.get('bytes')} bytes, {so.get('profile_guess')}")
+        problems += run_matrix(server, args, workdir, results)
+        if not args.skip_storage:
+            problems += run_sizes_and_purge(server, args, workdir, results)
+    except KeyboardInterrupt:
+        problems.append("interrupted")
+        log("interrupted")
+    except (BenchError, subprocess.TimeoutExpired) as e:
+        problems.append(f"runner error: {e}")
+        log(f"error: {e}")
+    finally:
+        so = results.get("environment", {}).get("pg_idem_so", {})
+        try:
+            st = os.stat(so.get("path", ""))
+            if so.get("bytes") is not None and (st.st_size != so["bytes"] or
+                                                dt.datetime.fromtimestamp(st.st_mtime).isoformat(timespec="seconds") != so.get("mtime")):
+                problems.append(f"{so['path']} was replaced while the benchmark ran (a server that preloads "
+                                f"it crashes or mixes builds); rerun")
+        except OSError:
+            pass
+        log("stopping the server")
+        server.stop(keep_log_in=out)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    results["finished_at"] = dt.datetime.now().isoformat(timespec="seconds")
+    results["elapsed_s"] = time.time() - started
+    results["problems"] = problems
+    summ = summarize(results)
+    results["summary"] = summ
+    # missing numbers are errors too: every scenario must have produced a TPS and percentiles
+    for sc in args.scenarios:
+        cs = [args.contended_clients] if sc == "contended" else args.clients
+        for c in cs:
+            s = summ.get(f"{sc}@{c}")
+            if not s or s["tps"] is None or s["p99_ms"] is None:
+                problems.append(f"{sc}@{c}: no result")
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    (out / "tps.svg").write_text(svg_chart(summ, SCENARIOS, args.clients, args.contended_clients,
+                                           "pg_idem benchmark: TPS per scenario and client count"
+                                           + (" (SMOKE)" if args.smoke else "")))
+    write_report(out, args, results, summ, problems)
+
+    log(f"done in {results['elapsed_s']:.0f}s; report: {out / 'report.md'}")
+    print()
+    for key, s in summ.items():
+        print(f"  {key:<14} tps {fmt(s['tps']):>10}  p50 {fmt(s['p50_ms'], 3):>8} ms  p99 {fmt(s['p99_ms'], 3):>8} ms")
+    if problems:
+        print("\nFAILED:", file=sys.stderr)
+        for p in problems:
+            print(f"  - {p}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
