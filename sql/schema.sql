@@ -22,17 +22,19 @@ CREATE TABLE idem.keys (
     state            "char"      NOT NULL,   -- 'p' in_progress, 'c' completed, 'f' failed
     tenant           text COLLATE "C" NOT NULL,
     key              text COLLATE "C" NOT NULL,
-    request_hash     bytea       NOT NULL,   -- SHA-256 of the caller's request_hash text
+    request_hash     bytea       NOT NULL,   -- first 16 bytes of SHA-256(the caller's request_hash)
     response_body    jsonb,
     checkpoint_phase text,
     checkpoint_data  jsonb,
     CONSTRAINT keys_pkey PRIMARY KEY (tenant, key),
     CONSTRAINT keys_state_check CHECK (state IN ('p', 'c', 'f')),
-    CONSTRAINT keys_request_hash_check CHECK (pg_catalog.octet_length(request_hash) = 32)
+    CONSTRAINT keys_request_hash_check CHECK (pg_catalog.octet_length(request_hash) = 16)
 ) WITH (
-    -- room on each page for the completed version of its rows: complete, fail, heartbeat and
-    -- checkpoint change no indexed column, so they stay HOT when the page has space
-    fillfactor = 75,
+    -- complete, fail, heartbeat and checkpoint change no indexed column, so they stay HOT when
+    -- the page has room: 5% is kept for them. More would waste space: pages stop taking new
+    -- rows at the fillfactor, but dead versions are only pruned once free space falls below
+    -- max(the reserve, 10%), so a larger reserve leaves dead space behind that no insert reuses.
+    fillfactor = 95,
     -- purges leave dead tuples behind in bursts; reclaim them promptly
     autovacuum_vacuum_scale_factor = 0.02,
     autovacuum_vacuum_threshold = 1000,

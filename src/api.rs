@@ -198,7 +198,7 @@ fn idem_purge(max_rows: Option<i32>) -> i64 {
         }
     }
     let now = store::clock();
-    store::with_client(|client| store::purge_batch(client, now, max_rows.map(i64::from)))
+    store::with_client(|client| store::purge(client, now, max_rows.map(i64::from)))
 }
 
 fn json_text_of(body: Option<Jsonb>) -> String {

@@ -46,10 +46,16 @@ pub fn request_hash_of_request(
     Ok(hex(&sha256(canonical.as_bytes())))
 }
 
-/// What idem.keys stores for a request_hash: its SHA-256, 32 bytes whatever the fingerprint's
-/// format, and compared exactly (two different texts never compare equal).
-pub fn stored_request_hash(request_hash: &str) -> [u8; 32] {
-    sha256(request_hash.as_bytes())
+/// Bytes of SHA-256 idem.keys keeps of a request_hash.
+pub const STORED_HASH_BYTES: usize = 16;
+
+/// What idem.keys stores for a request_hash: the first 128 bits of its SHA-256, the same 16
+/// bytes whatever the fingerprint's format. Two different texts compare equal only if someone
+/// finds a second preimage of a 128-bit hash (about 2^128 attempts).
+pub fn stored_request_hash(request_hash: &str) -> [u8; STORED_HASH_BYTES] {
+    let mut prefix = [0u8; STORED_HASH_BYTES];
+    prefix.copy_from_slice(&sha256(request_hash.as_bytes())[..STORED_HASH_BYTES]);
+    prefix
 }
 
 /// The 64-bit lock identity of (tenant, key): the first 8 bytes of SHA-256(tenant, 0x00, key).

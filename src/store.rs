@@ -93,11 +93,10 @@ enum Stmt {
     Checkpoint,
     AssertFence,
     Forget,
-    PurgeRearm,
-    PurgeDelete,
+    PurgeBatch,
 }
 
-const STATEMENT_COUNT: usize = 12;
+const STATEMENT_COUNT: usize = 11;
 
 const KEY_COLUMNS: &str =
     "k.state, k.request_hash, k.fence, k.attempt, k.response_code, k.response_body, \
@@ -166,28 +165,29 @@ impl Stmt {
                 format!("SELECT k.fence FROM idem.keys AS k WHERE {WHERE_FENCE} FOR NO KEY UPDATE OF k")
             }
             Stmt::Forget => format!("DELETE FROM idem.keys AS k WHERE {WHERE_KEY} RETURNING k.fence"),
-            // rows past purge_after that are not purgeable yet: move purge_after up to a bound
-            // of their real expiry so the delete below does not walk over them again
-            Stmt::PurgeRearm => format!(
-                "UPDATE idem.keys AS k \
-                    SET purge_after = LEAST(k.expires_at, $1 OPERATOR(pg_catalog.+) k.ttl) \
-                  WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY( \
-                          SELECT c.ctid FROM idem.keys AS c \
-                           WHERE c.purge_after OPERATOR(pg_catalog.<) $1 AND NOT ({c}) \
-                           ORDER BY c.purge_after LIMIT $2 \
-                             FOR NO KEY UPDATE SKIP LOCKED)) \
-                    AND NOT ({k})",
-                c = purgeable("c"),
-                k = purgeable("k"),
-            ),
-            Stmt::PurgeDelete => format!(
-                "DELETE FROM idem.keys AS k \
-                  WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY( \
-                          SELECT c.ctid FROM idem.keys AS c \
-                           WHERE c.purge_after OPERATOR(pg_catalog.<) $1 AND {c} \
-                           ORDER BY c.purge_after LIMIT $2 \
-                             FOR UPDATE SKIP LOCKED)) \
-                    AND {k}",
+            // One batch, one walk of the purge_after index: lock the first $2 candidates, delete
+            // those that are purgeable, and move purge_after up for the others (to a bound of
+            // their real expiry) so that later batches do not walk over them again. Each side
+            // checks its condition again on the row it changes.
+            Stmt::PurgeBatch => format!(
+                "WITH batch AS MATERIALIZED ( \
+                     SELECT c.ctid AS row_id, ({c}) AS purgeable FROM idem.keys AS c \
+                      WHERE c.purge_after OPERATOR(pg_catalog.<) $1 \
+                      ORDER BY c.purge_after LIMIT $2 \
+                        FOR UPDATE SKIP LOCKED), \
+                 deleted AS ( \
+                     DELETE FROM idem.keys AS k \
+                      WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT b.row_id FROM batch AS b WHERE b.purgeable)) \
+                        AND {k} \
+                     RETURNING 1), \
+                 rearmed AS ( \
+                     UPDATE idem.keys AS k \
+                        SET purge_after = LEAST(k.expires_at, $1 OPERATOR(pg_catalog.+) k.ttl) \
+                      WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT b.row_id FROM batch AS b WHERE NOT b.purgeable)) \
+                        AND NOT ({k}) \
+                     RETURNING 1) \
+                 SELECT (SELECT pg_catalog.count(*) FROM batch), (SELECT pg_catalog.count(*) FROM deleted), \
+                        (SELECT pg_catalog.count(*) FROM rearmed)",
                 c = purgeable("c"),
                 k = purgeable("k"),
             ),
@@ -236,8 +236,7 @@ const ALL_STATEMENTS: [Stmt; STATEMENT_COUNT] = [
     Stmt::Checkpoint,
     Stmt::AssertFence,
     Stmt::Forget,
-    Stmt::PurgeRearm,
-    Stmt::PurgeDelete,
+    Stmt::PurgeBatch,
 ];
 
 fn run<'c>(spi: &SpiClient<'c>, stmt: Stmt, args: &[DatumWithOid<'_>]) -> SpiTupleTable<'c> {
@@ -385,7 +384,7 @@ pub fn lock_key(tenant: &str, key: &str) {
 pub struct ClaimRequest<'a> {
     pub tenant: &'a str,
     pub key: &'a str,
-    pub request_hash: [u8; 32],
+    pub request_hash: [u8; hashing::STORED_HASH_BYTES],
     pub lease_us: i64,
     pub ttl_us: i64,
     pub reject_stale_uuidv7: bool,
@@ -682,27 +681,49 @@ pub fn forget(client: &Client<'_, '_>, tenant: &str, key: &str) -> bool {
 // Purge: one code path for idem_purge() and the purge worker
 // ---------------------------------------------------------------------------------------------
 
-/// One purge batch in the caller's transaction: re-arms up to `limit` rows that passed their
-/// purge_after without being purgeable, then deletes up to `limit` purgeable rows, skipping any
-/// row another transaction has locked. `limit` None means no limit. Returns the rows deleted.
-pub fn purge_batch(client: &Client<'_, '_>, now: Micros, limit: Option<i64>) -> i64 {
-    let limit_arg = || match limit {
-        Some(n) => n.into(),
-        None => DatumWithOid::null::<i64>(),
+/// What one purge batch did.
+pub struct PurgeBatch {
+    /// candidates the batch looked at (purge_after passed, not locked by anyone else)
+    pub scanned: i64,
+    pub deleted: i64,
+}
+
+/// One purge batch in the caller's transaction: looks at up to `limit` keys whose purge_after
+/// has passed, skipping any row another transaction has locked, deletes the purgeable ones and
+/// re-arms the rest. The work is bounded by `limit`, however large the backlog.
+pub fn purge_batch(client: &Client<'_, '_>, now: Micros, limit: i64) -> PurgeBatch {
+    let table = first_row(run(
+        client.spi,
+        Stmt::PurgeBatch,
+        &[timestamptz_arg(now), limit.into()],
+    ));
+    let (scanned, deleted) = match table {
+        Some(t) => (get_i64(&t, 1).unwrap_or(0), get_i64(&t, 2).unwrap_or(0)),
+        None => (0, 0),
     };
-    run(
-        client.spi,
-        Stmt::PurgeRearm,
-        &[timestamptz_arg(now), limit_arg()],
-    );
-    let deleted = run(
-        client.spi,
-        Stmt::PurgeDelete,
-        &[timestamptz_arg(now), limit_arg()],
-    )
-    .len() as i64;
     crate::stats::record_purged(deleted);
-    deleted
+    PurgeBatch { scanned, deleted }
+}
+
+/// Keys one batch of `purge` looks at: small enough to keep each statement's locks few.
+const PURGE_CHUNK: i64 = 10_000;
+
+/// Deletes expired keys in the caller's transaction, batch after batch, until `max_rows` are
+/// deleted (all when None) or no candidate is left. Returns how many it deleted.
+pub fn purge(client: &Client<'_, '_>, now: Micros, max_rows: Option<i64>) -> i64 {
+    let mut deleted = 0;
+    loop {
+        let chunk = match max_rows {
+            Some(max) if max - deleted <= 0 => return deleted,
+            Some(max) => (max - deleted).min(PURGE_CHUNK),
+            None => PURGE_CHUNK,
+        };
+        let batch = purge_batch(client, now, chunk);
+        deleted += batch.deleted;
+        if batch.scanned < chunk {
+            return deleted;
+        }
+    }
 }
 
 /// An SPI connection, and the memory context of the SQL function that opened it.

@@ -421,12 +421,12 @@ fn purge_pass(index: usize, database: &str) -> bool {
     let mut batches: i64 = 0;
     let mut keep_running = true;
     loop {
-        let deleted = BackgroundWorker::transaction(|| {
-            store::with_client(|client| store::purge_batch(client, store::clock(), Some(batch)))
+        let done = BackgroundWorker::transaction(|| {
+            store::with_client(|client| store::purge_batch(client, store::clock(), batch))
         });
-        keys += deleted;
+        keys += done.deleted;
         batches += 1;
-        if deleted < batch {
+        if done.scanned < batch {
             break;
         }
         // between batches: stop promptly on SIGTERM, pick up a new batch size on SIGHUP

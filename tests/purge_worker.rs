@@ -13,7 +13,7 @@ fn insert_expired(db: &mut Client, tenant: &str, n: i64) {
     db.execute(
         "INSERT INTO idem.keys (tenant, key, request_hash, fence, attempt, state, claimed_at, lease_expires_at, \
                                 expires_at, purge_after, ttl, response_code, response_body) \
-         SELECT $1, 'expired-' || g, sha256(g::text::bytea), nextval('idem.fence_seq'), 1, 'c', \
+         SELECT $1, 'expired-' || g, substr(sha256(g::text::bytea), 1, 16), nextval('idem.fence_seq'), 1, 'c', \
                 now() - interval '2 days', NULL, now() - interval '1 day', now() - interval '1 day', \
                 interval '1 day', 200, '{\"ok\": true}' \
          FROM generate_series(1, $2::bigint) AS g",
