@@ -110,27 +110,41 @@ pgrx::impl_sql_translatable!(Record, "record");
 /// One output column: its datum, or None for SQL NULL.
 pub type Column = Option<pg_sys::Datum>;
 
-/// Forms the one-row result of the function being called from its declared OUT parameters.
-/// The blessed tuple descriptor is cached in fn_extra for the life of the call site.
-pub fn record(fcinfo: pg_sys::FunctionCallInfo, columns: &[Column]) -> Record {
+thread_local! {
+    /// Blessed result descriptors by function OID, for the life of the backend: fn_extra only
+    /// lives as long as one execution of the calling statement, and building the descriptor
+    /// from the catalogs on every call costs more than the rest of a replay.
+    static RESULT_DESCRIPTORS: std::cell::RefCell<std::collections::HashMap<pg_sys::Oid, usize>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+fn result_descriptor(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::TupleDesc {
     unsafe {
-        let flinfo = (*fcinfo).flinfo;
-        let mut tupdesc = (*flinfo).fn_extra as pg_sys::TupleDesc;
-        if tupdesc.is_null() {
-            let mut declared: pg_sys::TupleDesc = std::ptr::null_mut();
-            let kind = pg_sys::get_call_result_type(fcinfo, std::ptr::null_mut(), &mut declared);
-            if kind != pg_sys::TypeFuncClass::TYPEFUNC_COMPOSITE || declared.is_null() {
-                errors::internal(
-                    "building a result row",
-                    "the function is not declared with OUT parameters",
-                )
-                .raise();
-            }
-            let old = pg_sys::MemoryContextSwitchTo((*flinfo).fn_mcxt);
-            tupdesc = pg_sys::BlessTupleDesc(pg_sys::CreateTupleDescCopy(declared));
-            pg_sys::MemoryContextSwitchTo(old);
-            (*flinfo).fn_extra = tupdesc.cast();
+        let fn_oid = (*(*fcinfo).flinfo).fn_oid;
+        if let Some(cached) = RESULT_DESCRIPTORS.with(|m| m.borrow().get(&fn_oid).copied()) {
+            return cached as pg_sys::TupleDesc;
         }
+        let mut declared: pg_sys::TupleDesc = std::ptr::null_mut();
+        let kind = pg_sys::get_call_result_type(fcinfo, std::ptr::null_mut(), &mut declared);
+        if kind != pg_sys::TypeFuncClass::TYPEFUNC_COMPOSITE || declared.is_null() {
+            errors::internal(
+                "building a result row",
+                "the function is not declared with OUT parameters",
+            )
+            .raise();
+        }
+        let old = pg_sys::MemoryContextSwitchTo(pg_sys::TopMemoryContext);
+        let blessed = pg_sys::BlessTupleDesc(pg_sys::CreateTupleDescCopy(declared));
+        pg_sys::MemoryContextSwitchTo(old);
+        RESULT_DESCRIPTORS.with(|m| m.borrow_mut().insert(fn_oid, blessed as usize));
+        blessed
+    }
+}
+
+/// Forms the one-row result of the function being called from its declared OUT parameters.
+pub fn record(fcinfo: pg_sys::FunctionCallInfo, columns: &[Column]) -> Record {
+    let tupdesc = result_descriptor(fcinfo);
+    unsafe {
         if (*tupdesc).natts as usize != columns.len() {
             errors::internal(
                 "building a result row",

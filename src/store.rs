@@ -1,11 +1,14 @@
 //! The key store: every read and write of `idem.keys`, through plans prepared once per backend.
 //!
 //! Concurrency rules, which the rest of pg_idem relies on:
-//! - Whoever writes a key first takes a transaction-scoped lock on the key's identity
-//!   (`key_lock`). Claims only *try* it: failing to get it means another transaction is claiming
-//!   or finishing that key right now, so the answer is `in_progress` at once, without waiting.
-//!   Holding it guarantees that no other uncommitted claim, completion or release of the key
-//!   exists, so the claim's INSERT or UPDATE cannot wait on another transaction.
+//! - Whoever writes a key takes a transaction-scoped lock on the key's identity (`key_lock`)
+//!   first. A claim *tries* it, then reads the key: an answer that needs no write (a replay, a
+//!   live lease, a mismatch) gives the lock back at once; when the key must be written but
+//!   another transaction holds the lock (it is claiming or finishing the key right now), the
+//!   answer is `in_progress`, at once, without waiting. Holding it guarantees that no other
+//!   uncommitted claim, completion or release of the key exists, so the claim's INSERT or
+//!   UPDATE cannot wait on another transaction, and (read after taking it) that no other claim
+//!   inserted the key since.
 //! - The purge takes no key lock and never waits (SKIP LOCKED); it only touches expired rows.
 //! - Every time comparison uses the clock value the caller passes in (`now`), read once per call.
 
@@ -86,6 +89,7 @@ enum Stmt {
     Lookup,
     LookupForUpdate,
     Insert,
+    InsertOnConflict,
     Reclaim,
     Finish,
     Heartbeat,
@@ -96,7 +100,7 @@ enum Stmt {
     PurgeBatch,
 }
 
-const STATEMENT_COUNT: usize = 11;
+const STATEMENT_COUNT: usize = 12;
 
 const KEY_COLUMNS: &str =
     "k.state, k.request_hash, k.fence, k.attempt, k.response_code, k.response_body, \
@@ -122,12 +126,18 @@ impl Stmt {
             Stmt::LookupForUpdate => {
                 format!("SELECT {KEY_COLUMNS} FROM idem.keys AS k WHERE {WHERE_KEY} FOR NO KEY UPDATE OF k")
             }
-            Stmt::Insert => "INSERT INTO idem.keys AS k \
+            // With the key lock held and the key read after taking it, no other transaction can
+            // have inserted it (every inserter holds that lock): at READ COMMITTED a plain INSERT
+            // cannot conflict, and skips ON CONFLICT's extra index probe. At REPEATABLE READ the
+            // read may predate a committed insert; ON CONFLICT then raises the serialization
+            // failure the caller has to retry on.
+            Stmt::Insert | Stmt::InsertOnConflict => format!(
+                "INSERT INTO idem.keys AS k \
                    (tenant, key, request_hash, fence, attempt, state, claimed_at, lease_expires_at, expires_at, purge_after, ttl) \
                  VALUES ($1, $2, $3, pg_catalog.nextval('idem.fence_seq'::pg_catalog.regclass), 1, 'p', $4, $5, $6, $7, $8) \
-                 ON CONFLICT (tenant, key) DO NOTHING \
-                 RETURNING k.fence"
-                .to_string(),
+                 {} RETURNING k.fence",
+                if matches!(self, Stmt::InsertOnConflict) { "ON CONFLICT (tenant, key) DO NOTHING" } else { "" }
+            ),
             // purge_after only ever moves down here, and to the value it already has in the
             // common case, which keeps the update HOT
             Stmt::Reclaim => format!(
@@ -229,6 +239,7 @@ const ALL_STATEMENTS: [Stmt; STATEMENT_COUNT] = [
     Stmt::Lookup,
     Stmt::LookupForUpdate,
     Stmt::Insert,
+    Stmt::InsertOnConflict,
     Stmt::Reclaim,
     Stmt::Finish,
     Stmt::Heartbeat,
@@ -318,17 +329,23 @@ fn first_row(table: SpiTupleTable<'_>) -> Option<SpiTupleTable<'_>> {
     }
 }
 
-fn read_key_row(table: &SpiTupleTable<'_>, outer: pg_sys::MemoryContext) -> KeyRow {
-    KeyRow {
-        state: State::from_code(get_i8(table, 1).unwrap_or(b'p' as i8)),
-        request_hash: get_bytes(table, 2).unwrap_or_default(),
-        fence: get_i64(table, 3).unwrap_or(0),
-        attempt: get_i32(table, 4).unwrap_or(0),
-        response_code: get_i32(table, 5),
-        response_body: get_jsonb(table, 6, outer),
-        lease_expires_at: get_i64(table, 7),
-        expires_at: get_i64(table, 8).unwrap_or(0),
-    }
+/// The KEY_COLUMNS of a row, starting at column `first`; None when the key is absent.
+fn read_key_row(
+    table: &SpiTupleTable<'_>,
+    first: usize,
+    outer: pg_sys::MemoryContext,
+) -> Option<KeyRow> {
+    let state = get_i8(table, first)?;
+    Some(KeyRow {
+        state: State::from_code(state),
+        request_hash: get_bytes(table, first + 1).unwrap_or_default(),
+        fence: get_i64(table, first + 2).unwrap_or(0),
+        attempt: get_i32(table, first + 3).unwrap_or(0),
+        response_code: get_i32(table, first + 4),
+        response_body: get_jsonb(table, first + 5, outer),
+        lease_expires_at: get_i64(table, first + 6),
+        expires_at: get_i64(table, first + 7).unwrap_or(0),
+    })
 }
 
 fn lookup(client: &Client<'_, '_>, tenant: &str, key: &str, for_update: bool) -> Option<KeyRow> {
@@ -338,7 +355,7 @@ fn lookup(client: &Client<'_, '_>, tenant: &str, key: &str, for_update: bool) ->
         Stmt::Lookup
     };
     first_row(run(client.spi, stmt, &[tenant.into(), key.into()]))
-        .map(|t| read_key_row(&t, client.outer))
+        .and_then(|t| read_key_row(&t, 1, client.outer))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -362,11 +379,37 @@ fn key_lock_tag(tenant: &str, key: &str) -> pg_sys::LOCKTAG {
     }
 }
 
-/// Takes the key lock if nobody else holds it; false when another transaction does.
-pub fn try_lock_key(tenant: &str, key: &str) -> bool {
+/// What trying the key lock gave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyLock {
+    /// Another transaction holds it.
+    Busy,
+    /// Taken now: it may be given back early if this transaction ends up not writing the key.
+    Taken,
+    /// This transaction held it already.
+    AlreadyHeld,
+}
+
+/// Takes the key lock if nobody else holds it, without waiting.
+pub fn try_lock_key(tenant: &str, key: &str) -> KeyLock {
     let tag = key_lock_tag(tenant, key);
-    let result = unsafe { pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as i32, false, true) };
-    result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+    match unsafe { pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as i32, false, true) } {
+        pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL => KeyLock::Busy,
+        pg_sys::LockAcquireResult::LOCKACQUIRE_OK => KeyLock::Taken,
+        _ => KeyLock::AlreadyHeld,
+    }
+}
+
+/// Gives back a key lock taken by `try_lock_key` in this call, before the end of the
+/// transaction: a claim that only read the key must not make others' claims wait or answer
+/// in_progress.
+fn release_if_taken(lock: KeyLock, tenant: &str, key: &str) {
+    if lock == KeyLock::Taken {
+        let tag = key_lock_tag(tenant, key);
+        unsafe {
+            pg_sys::LockRelease(&tag, pg_sys::ExclusiveLock as i32, false);
+        }
+    }
 }
 
 /// Takes the key lock, waiting for a transaction that is claiming or finishing the key.
@@ -462,44 +505,55 @@ const CLAIM_ROUNDS: usize = 4;
 
 /// Claims `request.key`. Never waits on another transaction that holds the key (see module doc).
 pub fn claim(client: &Client<'_, '_>, request: &ClaimRequest<'_>, now: Micros) -> ClaimOutcome {
+    let (tenant, key) = (request.tenant, request.key);
+    let lease_expires_at = now.saturating_add(request.lease_us);
+    let purge_after = now.saturating_add(request.ttl_us);
+    let expires_at = purge_after.max(lease_expires_at);
+    let snapshot_per_transaction =
+        unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32;
     for _ in 0..CLAIM_ROUNDS {
-        let row = lookup(client, request.tenant, request.key, false);
-        let had_row = row.is_some();
-        let mut next = plan(row, request, now);
+        let lock = try_lock_key(tenant, key);
+        let row = lookup(client, tenant, key, false);
+        let exists = row.is_some();
+        let next = match plan(row, request, now) {
+            Plan::Fresh if is_stale_uuidv7(request, now) => Plan::Answer(ClaimOutcome::StaleKey),
+            next => next,
+        };
         if let Plan::Answer(outcome) = next {
+            // replays, in_progress and mismatch answers only read: give the lock back at once
+            release_if_taken(lock, tenant, key);
             return outcome;
         }
-        if matches!(next, Plan::Fresh) && is_stale_uuidv7(request, now) {
-            return ClaimOutcome::StaleKey;
-        }
-        if !try_lock_key(request.tenant, request.key) {
+        if lock == KeyLock::Busy {
+            // another transaction is claiming or finishing this key right now
             return ClaimOutcome::InProgress(None);
         }
-        let mut exists = had_row;
-        if had_row {
-            // With the key lock held, nobody but a purge batch can hold this row's lock, and a
-            // purge batch is short; re-read the latest committed version under the row lock.
-            let current = lookup(client, request.tenant, request.key, true);
-            exists = current.is_some();
-            next = plan(current, request, now);
-            if let Plan::Answer(outcome) = next {
-                return outcome;
+        let attempt = if exists {
+            // An expired row, or an expired lease. With the key lock held, nobody but a purge
+            // batch can hold this row's lock, and a purge batch is short: re-read the latest
+            // committed version under the row lock.
+            let current = lookup(client, tenant, key, true);
+            let current_exists = current.is_some();
+            match plan(current, request, now) {
+                Plan::Answer(outcome) => {
+                    release_if_taken(lock, tenant, key);
+                    return outcome;
+                }
+                Plan::TakeOver { attempt } if current_exists => Some(attempt),
+                Plan::Fresh if current_exists => Some(1),
+                // purged between the two reads: insert it
+                _ => None,
             }
-        }
-        let attempt = match next {
-            Plan::TakeOver { attempt } => attempt,
-            _ => 1,
+        } else {
+            None
         };
-        let lease_expires_at = now.saturating_add(request.lease_us);
-        let purge_after = now.saturating_add(request.ttl_us);
-        let expires_at = purge_after.max(lease_expires_at);
-        if exists {
+        if let Some(attempt) = attempt {
             let table = run(
                 client.spi,
                 Stmt::Reclaim,
                 &[
-                    request.tenant.into(),
-                    request.key.into(),
+                    tenant.into(),
+                    key.into(),
                     request.request_hash.to_vec().into(),
                     attempt.into(),
                     timestamptz_arg(now),
@@ -521,15 +575,18 @@ pub fn claim(client: &Client<'_, '_>, request: &ClaimRequest<'_>, now: Micros) -
                     checkpoint_data: get_jsonb(&t, 3, client.outer),
                 };
             }
-            // purged between the two reads: claim it afresh below on the next round
-            continue;
         }
+        let insert = if snapshot_per_transaction {
+            Stmt::InsertOnConflict
+        } else {
+            Stmt::Insert
+        };
         let table = run(
             client.spi,
-            Stmt::Insert,
+            insert,
             &[
-                request.tenant.into(),
-                request.key.into(),
+                tenant.into(),
+                key.into(),
                 request.request_hash.to_vec().into(),
                 timestamptz_arg(now),
                 timestamptz_arg(lease_expires_at),
@@ -549,8 +606,8 @@ pub fn claim(client: &Client<'_, '_>, request: &ClaimRequest<'_>, now: Micros) -
                 checkpoint_data: None,
             };
         }
-        // A claim committed between our read and our insert (READ COMMITTED; at REPEATABLE READ
-        // the insert raised a serialization failure instead). Read the key again.
+        // only ON CONFLICT returns no row, and at REPEATABLE READ it raises instead: defensive
+        release_if_taken(lock, tenant, key);
     }
     ClaimOutcome::InProgress(None)
 }
