@@ -181,8 +181,8 @@ impl Stmt {
             // checks its condition again on the row it changes.
             Stmt::PurgeBatch => format!(
                 "WITH batch AS MATERIALIZED ( \
-                     SELECT c.ctid AS row_id, ({c}) AS purgeable FROM idem.keys AS c \
-                      WHERE c.purge_after OPERATOR(pg_catalog.<) $1 \
+                     SELECT c.ctid AS row_id, ({c}) AS purgeable, c.purge_after FROM idem.keys AS c \
+                      WHERE c.purge_after OPERATOR(pg_catalog.<) $1 AND c.purge_after OPERATOR(pg_catalog.>=) $3 \
                       ORDER BY c.purge_after LIMIT $2 \
                         FOR UPDATE SKIP LOCKED), \
                  deleted AS ( \
@@ -197,7 +197,7 @@ impl Stmt {
                         AND NOT ({k}) \
                      RETURNING 1) \
                  SELECT (SELECT pg_catalog.count(*) FROM batch), (SELECT pg_catalog.count(*) FROM deleted), \
-                        (SELECT pg_catalog.count(*) FROM rearmed)",
+                        (SELECT pg_catalog.count(*) FROM rearmed), (SELECT pg_catalog.max(b.purge_after) FROM batch AS b)",
                 c = purgeable("c"),
                 k = purgeable("k"),
             ),
@@ -743,41 +743,77 @@ pub struct PurgeBatch {
     /// candidates the batch looked at (purge_after passed, not locked by anyone else)
     pub scanned: i64,
     pub deleted: i64,
+    /// rows whose purge_after it moved forward
+    pub rearmed: i64,
+    /// where the next batch of the same pass starts
+    pub cursor: PurgeCursor,
+}
+
+/// Where a purge pass has got to in the purge_after index. Batches of one pass continue from
+/// there instead of walking again over the index entries of rows they already deleted (which
+/// stay in the index until VACUUM, and cannot even be skipped cheaply inside one transaction).
+#[derive(Clone, Copy, Debug)]
+pub struct PurgeCursor(Micros);
+
+impl PurgeCursor {
+    pub fn start() -> Self {
+        // TimestampTz -infinity
+        PurgeCursor(i64::MIN)
+    }
 }
 
 /// One purge batch in the caller's transaction: looks at up to `limit` keys whose purge_after
-/// has passed, skipping any row another transaction has locked, deletes the purgeable ones and
-/// re-arms the rest. The work is bounded by `limit`, however large the backlog.
-pub fn purge_batch(client: &Client<'_, '_>, now: Micros, limit: i64) -> PurgeBatch {
+/// has passed, from `cursor` on, skipping any row another transaction has locked, deletes the
+/// purgeable ones and re-arms the rest. The work is bounded by `limit`, however large the
+/// backlog.
+pub fn purge_batch(client: &Client<'_, '_>, now: Micros, limit: i64, cursor: PurgeCursor) -> PurgeBatch {
     let table = first_row(run(
         client.spi,
         Stmt::PurgeBatch,
-        &[timestamptz_arg(now), limit.into()],
+        &[timestamptz_arg(now), limit.into(), timestamptz_arg(cursor.0)],
     ));
-    let (scanned, deleted) = match table {
-        Some(t) => (get_i64(&t, 1).unwrap_or(0), get_i64(&t, 2).unwrap_or(0)),
-        None => (0, 0),
+    let batch = match table {
+        Some(t) => PurgeBatch {
+            scanned: get_i64(&t, 1).unwrap_or(0),
+            deleted: get_i64(&t, 2).unwrap_or(0),
+            rearmed: get_i64(&t, 3).unwrap_or(0),
+            cursor: PurgeCursor(get_i64(&t, 4).map_or(cursor.0, |last| last.max(cursor.0))),
+        },
+        None => PurgeBatch { scanned: 0, deleted: 0, rearmed: 0, cursor },
     };
-    crate::stats::record_purged(deleted);
-    PurgeBatch { scanned, deleted }
+    crate::stats::record_purged(batch.deleted);
+    batch
 }
 
-/// Keys one batch of `purge` looks at: small enough to keep each statement's locks few.
-const PURGE_CHUNK: i64 = 10_000;
+impl PurgeBatch {
+    /// Whether the pass should go on with another batch of `limit`.
+    pub fn more(&self, limit: i64) -> bool {
+        // a full batch that changed nothing could only repeat itself
+        self.scanned >= limit && self.deleted + self.rearmed > 0
+    }
+}
 
-/// Deletes expired keys in the caller's transaction, batch after batch, until `max_rows` are
-/// deleted (all when None) or no candidate is left. Returns how many it deleted.
+/// Deletes expired keys in the caller's transaction until `max_rows` are deleted (all when None)
+/// or no candidate is left. Returns how many it deleted.
+///
+/// One statement does it all, not batches: inside one transaction the index entries of rows
+/// deleted by an earlier batch cannot be marked dead, so every batch would walk again over all
+/// of them wherever purge_after values tie (keys claimed in one transaction share their clock):
+/// quadratic. A second statement runs only when the first re-armed some of the rows it looked
+/// at instead of deleting them, and continues after them.
 pub fn purge(client: &Client<'_, '_>, now: Micros, max_rows: Option<i64>) -> i64 {
     let mut deleted = 0;
+    let mut cursor = PurgeCursor::start();
     loop {
-        let chunk = match max_rows {
+        let limit = match max_rows {
             Some(max) if max - deleted <= 0 => return deleted,
-            Some(max) => (max - deleted).min(PURGE_CHUNK),
-            None => PURGE_CHUNK,
+            Some(max) => max - deleted,
+            None => i64::MAX,
         };
-        let batch = purge_batch(client, now, chunk);
+        let batch = purge_batch(client, now, limit, cursor);
         deleted += batch.deleted;
-        if batch.scanned < chunk {
+        cursor = batch.cursor;
+        if !batch.more(limit) {
             return deleted;
         }
     }

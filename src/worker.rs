@@ -419,14 +419,16 @@ fn purge_pass(index: usize, database: &str) -> bool {
     let batch = guc::purge_batch_size();
     let mut keys: i64 = 0;
     let mut batches: i64 = 0;
+    let mut cursor = store::PurgeCursor::start();
     let mut keep_running = true;
     loop {
         let done = BackgroundWorker::transaction(|| {
-            store::with_client(|client| store::purge_batch(client, store::clock(), batch))
+            store::with_client(|client| store::purge_batch(client, store::clock(), batch, cursor))
         });
         keys += done.deleted;
         batches += 1;
-        if done.scanned < batch {
+        cursor = done.cursor;
+        if !done.more(batch) {
             break;
         }
         // between batches: stop promptly on SIGTERM, pick up a new batch size on SIGHUP

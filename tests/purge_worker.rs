@@ -436,3 +436,32 @@ fn without_the_preload_idem_purge_does_the_same_job() {
         .get(0);
     assert_eq!(lease, "1min");
 }
+
+#[test]
+fn idem_purge_max_rows_counts_deleted_keys_not_keys_looked_at() {
+    // live keys whose purge_after has passed sort first in the purge index; they are re-armed,
+    // and the call goes on until it has deleted max_rows expired keys behind them
+    let server = Server::start_bare(&[]);
+    let mut db = server.client();
+    db.batch_execute("CREATE EXTENSION pg_idem").unwrap();
+    for i in 0..3 {
+        claim_with(&mut db, "t", &format!("kept-{i}"), "h", "1 min", Some("1 ms"));
+    }
+    thread::sleep(Duration::from_millis(20));
+    // ten expired keys that tie on one purge_after, later than the live keys'
+    db.execute(
+        "INSERT INTO idem.keys (tenant, key, request_hash, fence, attempt, state, claimed_at, lease_expires_at, \
+                                expires_at, purge_after, ttl, response_code) \
+         SELECT 't', 'expired-' || g, '\\x00', nextval('idem.fence_seq'), 1, 'c', now(), NULL, now(), now(), \
+                interval '1 ms', 200 \
+         FROM generate_series(1, 10) AS g",
+        &[],
+    )
+    .unwrap();
+    thread::sleep(Duration::from_millis(5));
+    let first: i64 = db.query_one("SELECT idem_purge(5)", &[]).unwrap().get(0);
+    assert_eq!(first, 5, "five expired keys deleted, the live ones only re-armed");
+    let rest: i64 = db.query_one("SELECT idem_purge()", &[]).unwrap().get(0);
+    assert_eq!(rest, 5);
+    assert_eq!(count_keys(&mut db, "kept-%"), 3, "live leases are never purged");
+}
