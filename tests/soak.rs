@@ -12,7 +12,7 @@ use pg_idem_tests::workload::{self, Config, Mode, Rng2};
 use pg_idem_tests::*;
 
 #[test]
-#[ignore = "minutes long: run by scripts/soak.sh"]
+#[ignore = "minutes long: run it on its own (see the top of this file)"]
 fn soak_with_killed_backends() {
     let total = Duration::from_secs(
         std::env::var("SOAK_SECONDS")
@@ -41,6 +41,9 @@ fn soak_with_killed_backends() {
             .saturating_sub(started.elapsed())
             .max(Duration::from_secs(20));
         let config = Config {
+            // enough keys that claims, takeovers and kills go on for the whole round instead
+            // of every key being completed in its first seconds and replayed from then on
+            keys: 20_000,
             requests_per_worker: 100_000,
             max_duration: remaining.min(Duration::from_secs(90)),
             ..Config::default()

@@ -158,6 +158,7 @@ pub fn prepare(client: &mut Client) {
     client
         .batch_execute(
             "DROP TABLE IF EXISTS effects, side_calls; \
+             DELETE FROM idem.keys WHERE tenant LIKE 'tenant-%'; \
              CREATE TABLE effects (tenant text, key text, fence bigint, at timestamptz DEFAULT clock_timestamp()); \
              CREATE TABLE side_calls (tenant text, key text, fence bigint, downstream text)",
         )
