@@ -37,12 +37,3 @@ CREATE SEQUENCE bench_outcome_claimed;
 CREATE SEQUENCE bench_outcome_completed;
 CREATE SEQUENCE bench_outcome_in_progress;
 CREATE SEQUENCE bench_outcome_other;
-
--- The key of replay-pool entry i (the replay scenario and its prefill must agree on it).
-CREATE FUNCTION bench_replay_key(i bigint) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN md5('replay/' || i)::uuid::text;
-
-CREATE FUNCTION bench_replay_tenant(i bigint) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN 't' || (i % 100 + 1);
