@@ -18,6 +18,7 @@ pub static REJECT_STALE_UUIDV7: GucSetting<bool> = GucSetting::<bool>::new(false
 pub static DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
 pub static PURGE_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
+pub static PURGE_BATCH_DELAY_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static PURGE_BATCH_SIZE: GucSetting<i32> = GucSetting::<i32>::new(5000);
 
 pub fn init() {
@@ -111,6 +112,17 @@ pub fn init() {
         GucContext::Sighup,
         GucFlags::empty(),
     );
+    GucRegistry::define_int_guc(
+        c"pg_idem.purge_batch_delay",
+        c"Pause of the purge worker between two batches of one pass; 0 runs them back to back.",
+        c"A backlog purged at full speed writes WAL as fast as the disk takes it, and commits of \
+          other sessions wait for that WAL to be flushed; a pause spreads the pass out.",
+        &PURGE_BATCH_DELAY_MS,
+        0,
+        60_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
     reserve_prefix();
 }
 
@@ -169,4 +181,8 @@ pub fn purge_interval_ms() -> u64 {
 
 pub fn purge_batch_size() -> i64 {
     i64::from(PURGE_BATCH_SIZE.get())
+}
+
+pub fn purge_batch_delay() -> std::time::Duration {
+    std::time::Duration::from_millis(u64::try_from(PURGE_BATCH_DELAY_MS.get()).unwrap_or(0))
 }

@@ -431,8 +431,9 @@ fn purge_pass(index: usize, database: &str) -> bool {
         if !done.more(batch) {
             break;
         }
-        // between batches: stop promptly on SIGTERM, pick up a new batch size on SIGHUP
-        if !BackgroundWorker::wait_latch(Some(Duration::ZERO)) {
+        // between batches: pause if asked, stop promptly on SIGTERM (it sets the latch and ends
+        // the pause), pick up a new batch size or delay on SIGHUP
+        if !BackgroundWorker::wait_latch(Some(guc::purge_batch_delay())) {
             keep_running = false;
             break;
         }

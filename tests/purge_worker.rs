@@ -465,3 +465,61 @@ fn idem_purge_max_rows_counts_deleted_keys_not_keys_looked_at() {
     assert_eq!(rest, 5);
     assert_eq!(count_keys(&mut db, "kept-%"), 3, "live leases are never purged");
 }
+
+#[test]
+fn purge_batch_delay_spreads_a_pass_out_and_shutdown_stays_prompt() {
+    // purging paused (interval 0) until the keys are in; then a 1 h interval: exactly one pass
+    let server = Server::start(&[
+        "pg_idem.purge_interval = 0",
+        "pg_idem.purge_batch_size = 1000",
+        "pg_idem.purge_batch_delay = '150ms'",
+    ]);
+    let mut db = server.client();
+    let shown: String = db
+        .query_one("SHOW pg_idem.purge_batch_delay", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(shown, "150ms");
+    insert_expired(&mut db, "t", 5000);
+    server.write_conf(&["pg_idem.purge_interval = '1h'".into()]);
+    server.reload();
+    wait_for("the paced pass", Duration::from_secs(30), || {
+        db.query_one("SELECT total_keys FROM idem_purge_status()", &[])
+            .unwrap()
+            .get::<_, i64>(0)
+            == 5000
+    });
+    let row = db
+        .query_one(
+            "SELECT last_pass_batches, last_pass_ms FROM idem_purge_status()",
+            &[],
+        )
+        .unwrap();
+    let (batches, ms): (i64, i64) = (row.get(0), row.get(1));
+    assert!(batches >= 5, "5000 keys in {batches} batches of 1000");
+    assert!(
+        ms >= (batches - 1) * 150,
+        "{batches} batches in {ms} ms: no pause of 150 ms between them"
+    );
+
+    // a pass in its pause ends promptly at shutdown
+    server.write_conf(&[
+        "pg_idem.purge_interval = 0".into(),
+        "pg_idem.purge_batch_delay = '1min'".into(),
+    ]);
+    server.reload();
+    insert_expired(&mut db, "t2", 3000);
+    server.write_conf(&["pg_idem.purge_interval = '1h'".into()]);
+    server.reload();
+    wait_for("a pass in its pause", Duration::from_secs(10), || {
+        count_keys(&mut db, "expired-%") == 2000
+    });
+    drop(db);
+    let started = Instant::now();
+    server.stop("fast");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+}
