@@ -350,26 +350,23 @@ def parallel_sql(server: Server, scripts: list[str]) -> None:
         raise errors[0]
 
 
-def fill_idem(server: Server, n: int, tag: str, body: bool, lease: str | None, ttl: str | None) -> float:
-    """n completed keys through idem_claim + idem_complete, one key per transaction as an
-    application does it (so page pruning sees the same pattern as in production), in
-    FILL_WORKERS sessions with synchronous_commit off (that changes no byte on disk).
-    Returns keys per second."""
-    lease_sql = f"interval '{lease}'" if lease else "NULL"
-    ttl_sql = f"interval '{ttl}'" if ttl else "NULL"
-    body_sql = SMALL_BODY.format(i="i") if body else "NULL::jsonb"
+def fill_keys(server: Server, n: int, tag: str, declare: str, per_key: str) -> float:
+    """Runs `per_key` (PL/pgSQL, with i, tenant t and key k set) for keys 1..n, one key per
+    transaction as an application does it (so page pruning sees the same pattern as in
+    production), in FILL_WORKERS sessions with synchronous_commit off (that changes no byte on
+    disk). Tenant and key are those replay.sql computes for the tag 'replay'. Returns keys per
+    second."""
     scripts = []
     for lo, hi in split_range(1, n, FILL_WORKERS):
         scripts.append(f"""
 SET synchronous_commit = off;
 DO $do$
-DECLARE t text; k text; f bigint;
+DECLARE t text; k text; {declare}
 BEGIN
   FOR i IN {lo}..{hi} LOOP
     t := 't' || (i % 100 + 1);
     k := md5('{tag}/' || i)::uuid::text;
-    SELECT c.fence INTO f FROM idem_claim(t, k, '{REQUEST_HASH}', {lease_sql}, {ttl_sql}) AS c;
-    PERFORM idem_complete(t, k, f, 200, {body_sql});
+    {per_key}
     COMMIT;
   END LOOP;
 END
@@ -378,35 +375,28 @@ $do$;
     t0 = time.time()
     parallel_sql(server, scripts)
     return n / max(1e-9, time.time() - t0)
+
+
+def fill_idem(server: Server, n: int, tag: str, body: bool, lease: str | None, ttl: str | None) -> float:
+    """n completed keys through idem_claim + idem_complete (see fill_keys)."""
+    lease_sql = f"interval '{lease}'" if lease else "NULL"
+    ttl_sql = f"interval '{ttl}'" if ttl else "NULL"
+    body_sql = SMALL_BODY.format(i="i") if body else "NULL::jsonb"
+    return fill_keys(server, n, tag, "f bigint;", f"""
+    SELECT c.fence INTO f FROM idem_claim(t, k, '{REQUEST_HASH}', {lease_sql}, {ttl_sql}) AS c;
+    PERFORM idem_complete(t, k, f, 200, {body_sql});""")
 
 
 def fill_handrolled(server: Server, n: int, tag: str, body: bool, ttl: str) -> float:
     """n keys through the hand-rolled lifecycle (INSERT .. ON CONFLICT DO NOTHING, then the
-    UPDATE storing the response), one key per transaction like fill_idem."""
+    UPDATE storing the response), see fill_keys."""
     body_sql = SMALL_BODY.format(i="i") if body else "NULL::jsonb"
-    scripts = []
-    for lo, hi in split_range(1, n, FILL_WORKERS):
-        scripts.append(f"""
-SET synchronous_commit = off;
-DO $do$
-DECLARE t text; k text;
-BEGIN
-  FOR i IN {lo}..{hi} LOOP
-    t := 't' || (i % 100 + 1);
-    k := md5('{tag}/' || i)::uuid::text;
+    return fill_keys(server, n, tag, "", f"""
     INSERT INTO handrolled_keys (tenant, key, request_hash, status, expires_at)
     VALUES (t, k, '{REQUEST_HASH}', 'in_progress', now() + interval '{ttl}')
     ON CONFLICT DO NOTHING;
     UPDATE handrolled_keys SET status = 'completed', response_code = 200, response_body = {body_sql}
-     WHERE tenant = t AND key = k;
-    COMMIT;
-  END LOOP;
-END
-$do$;
-""")
-    t0 = time.time()
-    parallel_sql(server, scripts)
-    return n / max(1e-9, time.time() - t0)
+     WHERE tenant = t AND key = k;""")
 
 
 def reset_tables(server: Server) -> None:
