@@ -76,15 +76,21 @@ pub fn bindir() -> PathBuf {
                 .chars()
                 .take_while(char::is_ascii_digit)
                 .collect();
-            let debian = PathBuf::from(format!("/usr/lib/postgresql/{major}/bin"));
-            if debian.join("initdb").exists() {
-                return debian;
-            }
+            // pg_config's own bindir: Debian's reports /usr/lib/postgresql/NN/bin, a relocatable
+            // build its own folder; Debian's server-side layout is the fallback
             let out = run_ok(
                 Command::new(&pg_config).arg("--bindir"),
                 "pg_config --bindir",
             );
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+            let own = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+            if own.join("initdb").exists() {
+                return own;
+            }
+            let debian = PathBuf::from(format!("/usr/lib/postgresql/{major}/bin"));
+            if debian.join("initdb").exists() {
+                return debian;
+            }
+            own
         })
         .clone()
 }
@@ -112,12 +118,13 @@ fn template() -> &'static Path {
         std::fs::create_dir_all(ROOT).expect("create test root");
         let _ = Command::new("chmod").args(["1777", ROOT]).status();
         // shared by every test process; built under a private name, then renamed into place
-        let major = bindir()
-            .parent()
-            .and_then(|p| p.file_name())
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let template = PathBuf::from(ROOT).join(format!("template-pg{major}"));
+        // one template per PostgreSQL installation (several may be tested on one machine)
+        let installation: String = bindir()
+            .to_string_lossy()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let template = PathBuf::from(ROOT).join(format!("template{installation}"));
         if template.join("PG_VERSION").exists() {
             return template;
         }
