@@ -1,6 +1,23 @@
 -- pg_idem managed state. Applications never touch these relations directly: they call the
 -- idem_* functions, which run with the extension owner's rights and a pinned search_path.
 
+-- pg_idem reads every text argument and jsonb string as UTF-8 (tenants, keys, request bodies:
+-- hashes, lock identities, length limits). In another server encoding those bytes mean
+-- something else, and two different requests could hash alike, so refuse plainly instead.
+DO $$
+BEGIN
+    IF pg_catalog.getdatabaseencoding() OPERATOR(pg_catalog.<>) 'UTF8' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'feature_not_supported',
+            MESSAGE = 'pg_idem requires a database with encoding UTF8',
+            DETAIL = pg_catalog.format('Database %I has encoding %s.',
+                pg_catalog.current_database(), pg_catalog.getdatabaseencoding()),
+            HINT = 'Create pg_idem in a database created with ENCODING ''UTF8'' (for example from template0); '
+                'pg_idem hashes and compares keys and request bodies as UTF-8.';
+    END IF;
+END
+$$;
+
 CREATE SCHEMA idem;
 COMMENT ON SCHEMA idem IS 'pg_idem managed state: use the idem_* functions, not these tables';
 REVOKE ALL ON SCHEMA idem FROM PUBLIC;
@@ -60,6 +77,18 @@ CREATE TABLE idem.watermarks (
 
 COMMENT ON TABLE idem.watermarks IS 'pg_idem high-watermarks of ordered streams, one row per (tenant, stream)';
 
+-- Tenants a role may act on, used when pg_idem.tenant_grants is on (see idem_grant_tenant).
+-- regrole, so that pg_dump writes role names and a restore maps them to the new roles' OIDs.
+CREATE TABLE idem.tenant_grants (
+    role   regrole NOT NULL,
+    tenant text COLLATE "C" NOT NULL
+);
+-- regrole has no btree operator class of its own; oid's applies (the two are binary-compatible)
+CREATE UNIQUE INDEX tenant_grants_pkey ON idem.tenant_grants (tenant, role pg_catalog.oid_ops);
+ALTER TABLE idem.tenant_grants ADD CONSTRAINT tenant_grants_pkey PRIMARY KEY USING INDEX tenant_grants_pkey;
+
+COMMENT ON TABLE idem.tenant_grants IS 'pg_idem tenants granted to roles, enforced when pg_idem.tenant_grants is on';
+
 REVOKE ALL ON ALL TABLES IN SCHEMA idem FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA idem FROM PUBLIC;
 
@@ -68,3 +97,4 @@ REVOKE ALL ON ALL SEQUENCES IN SCHEMA idem FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('idem.keys', '');
 SELECT pg_catalog.pg_extension_config_dump('idem.watermarks', '');
 SELECT pg_catalog.pg_extension_config_dump('idem.fence_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('idem.tenant_grants', '');

@@ -66,6 +66,12 @@ AS 'MODULE_PATHNAME', 'idem_stats_reset_wrapper';
 COMMENT ON FUNCTION idem_stats_reset() IS
 'Zero the cumulative counters (false when pg_idem is not preloaded and there are none)';
 
+-- The SECURITY DEFINER functions below are SQL-standard bodies (BEGIN ATOMIC): every function,
+-- table and operator they use is bound when they are created, by OID. A body in a string would
+-- be parsed again at each call, so a role that controls a schema on the way (renaming public,
+-- planting a look-alike idem_counters(), or an overload that makes the name ambiguous) could
+-- make the owner's rights run its code, or break every monitor's call.
+--
 -- Key statistics are computed from idem.keys: one scan of the table per query. Expired keys
 -- count as absent, whatever their state; stalled keys are in progress past their lease.
 -- (A view's operators are bound when it is created, so the caller's search_path never matters.)
@@ -105,7 +111,7 @@ CREATE FUNCTION idem_stats(
 ) RETURNS record
 LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$
+BEGIN ATOMIC
     WITH keys AS (
         SELECT COALESCE(sum(t.in_progress), 0)::bigint AS in_progress,
                COALESCE(sum(t.completed), 0)::bigint AS completed,
@@ -126,8 +132,8 @@ AS $$
            purge.last_pass_at, purge.last_pass_keys, purge.total_keys
     FROM keys
     CROSS JOIN @extschema@.idem_counters() AS c
-    LEFT JOIN purge ON true
-$$;
+    LEFT JOIN purge ON true;
+END;
 
 COMMENT ON FUNCTION idem_stats() IS
 'Keys by state (stalled: in progress past the lease; expired: awaiting purge), the oldest attempt in progress, the cumulative counters and the purge worker''s last pass';
@@ -149,7 +155,7 @@ CREATE FUNCTION idem_tenant_stats(
 ) RETURNS SETOF record
 LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$
+BEGIN ATOMIC
     SELECT COALESCE(t.tenant, c.tenant),
            COALESCE(t.in_progress, 0), COALESCE(t.completed, 0), COALESCE(t.failed, 0),
            COALESCE(t.stalled, 0), COALESCE(t.expired, 0), t.oldest_in_progress_at,
@@ -157,8 +163,8 @@ AS $$
            c.mismatches, c.takeovers, c.stale_fences
     FROM idem.tenant_key_counts AS t
     FULL JOIN @extschema@.idem_tenant_counters() AS c ON c.tenant OPERATOR(pg_catalog.=) t.tenant
-    ORDER BY 1
-$$;
+    ORDER BY 1;
+END;
 
 COMMENT ON FUNCTION idem_tenant_stats() IS
 'Per tenant: keys by state from idem.keys and the cumulative counters from shared memory';
@@ -176,15 +182,15 @@ RETURNS TABLE (
 )
 LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$
+BEGIN ATOMIC
     SELECT k.tenant, k.key, k.fence, k.attempt, k.claimed_at, k.lease_expires_at,
            pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) k.lease_expires_at, k.checkpoint_phase
     FROM idem.keys AS k
     WHERE k.state OPERATOR(pg_catalog.=) 'p'
       AND k.lease_expires_at OPERATOR(pg_catalog.<) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) older_than)
       AND k.expires_at OPERATOR(pg_catalog.>=) pg_catalog.clock_timestamp()
-    ORDER BY k.lease_expires_at
-$$;
+    ORDER BY k.lease_expires_at;
+END;
 
 COMMENT ON FUNCTION idem_stalled(interval) IS
 'Keys in progress whose lease passed more than older_than ago (and that have not expired), oldest first, with their fence so a sweeper can finish or release them';

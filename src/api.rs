@@ -1,15 +1,17 @@
 //! The core SQL API (declared in sql/api.sql): argument checks, defaults from the settings, the
 //! key store underneath, and the shape of each result.
 
-use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::datum::{Array, Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
 
 use crate::args::{self, check};
+use crate::canonical_json;
 use crate::datum::{self, Jsonb, Record};
 use crate::hashing;
+use crate::jsonb_walk;
 use crate::stats::{self, Event};
 use crate::store::{self, ClaimOutcome, ClaimRequest, Fenced, Micros, State};
-use crate::{errors, guc};
+use crate::{errors, guc, tenants};
 
 pub fn timestamptz(micros: Micros) -> TimestampWithTimeZone {
     TimestampWithTimeZone::try_from(micros)
@@ -52,6 +54,7 @@ fn idem_claim(
 ) -> Record {
     let (tenant, key) = check(args::tenant_and_key(tenant, key, "key"));
     let request_hash = check(args::request_hash(request_hash));
+    tenants::check_access(tenant);
     let (lease_us, ttl_us) = lease_and_ttl(lease, ttl);
     let request = ClaimRequest {
         tenant,
@@ -92,6 +95,7 @@ fn fenced<'a>(
 ) -> Fenced<'a> {
     let (tenant, key) = check(args::tenant_and_key(tenant, key, "key"));
     let fence = check(args::fence(fence));
+    tenants::check_access(tenant);
     Fenced {
         function,
         tenant,
@@ -181,6 +185,7 @@ fn idem_heartbeat(
 #[pg_extern(sql = false)]
 fn idem_forget(tenant: Option<&str>, key: Option<&str>) -> bool {
     let (tenant, key) = check(args::tenant_and_key(tenant, key, "key"));
+    tenants::check_access(tenant);
     store::with_client(|client| store::forget(client, tenant, key))
 }
 
@@ -201,18 +206,26 @@ fn idem_purge(max_rows: Option<i32>) -> i64 {
     store::with_client(|client| store::purge(client, now, max_rows.map(i64::from)))
 }
 
-fn json_text_of(body: Option<Jsonb>) -> String {
-    body.map(Jsonb::to_text)
-        .unwrap_or_else(|| "null".to_string())
+/// Hex SHA-256 of the canonical JSON that `write` produces; `body` (SQL NULL is JSON null) is
+/// written where `write` calls the function it is given.
+fn canonical_hash(
+    body: Option<Jsonb>,
+    write: impl FnOnce(&mut CanonicalWriter, &dyn Fn(&mut CanonicalWriter)),
+) -> String {
+    let mut writer = CanonicalWriter::new(hashing::Sha256Sink::new());
+    let write_body = |w: &mut CanonicalWriter| match body {
+        Some(value) => jsonb_walk::write_canonical(value, w),
+        None => w.null(),
+    };
+    write(&mut writer, &write_body);
+    writer.into_sink().finish_hex()
 }
 
-fn hash_or_raise(result: Result<String, crate::canonical_json::SyntaxError>) -> String {
-    result.unwrap_or_else(|e| errors::internal("canonicalizing jsonb", e).raise())
-}
+type CanonicalWriter = canonical_json::Writer<hashing::Sha256Sink>;
 
 #[pg_extern(sql = false)]
 fn idem_request_hash_body(body: Option<Jsonb>) -> String {
-    hash_or_raise(hashing::request_hash_of_body(&json_text_of(body)))
+    canonical_hash(body, |w, write_body| write_body(w))
 }
 
 #[pg_extern(sql = false)]
@@ -231,11 +244,14 @@ fn idem_request_hash_request(
         "path",
         "Pass the request path, such as '/v1/charges'.",
     ));
-    hash_or_raise(hashing::request_hash_of_request(
-        method,
-        path,
-        &json_text_of(body),
-    ))
+    // the canonical [METHOD, path, body]
+    canonical_hash(body, |w, write_body| {
+        w.begin_array();
+        w.string_ascii_uppercase(method.as_bytes());
+        w.string(path.as_bytes());
+        write_body(w);
+        w.end_array();
+    })
 }
 
 #[pg_extern(sql = false)]
@@ -244,10 +260,12 @@ fn idem_new_key() -> pgrx::Uuid {
 }
 
 /// The keys and request hashes of a batch, checked: same length, no NULLs, within the limit.
-fn batch(
-    keys: Option<Vec<Option<String>>>,
-    hashes: Option<Vec<Option<String>>>,
-) -> Vec<(String, String)> {
+/// The elements are borrowed from the arrays (PostgreSQL memory), never copied: the count is
+/// checked before anything is read.
+fn batch<'b, 'a: 'b>(
+    keys: Option<&'b Array<'a, &'a str>>,
+    hashes: Option<&'b Array<'a, &'a str>>,
+) -> Vec<(&'b str, &'b str)> {
     let keys = keys.unwrap_or_else(|| {
         errors::null_argument("keys", "Pass an array of keys, such as ARRAY['k1', 'k2'].").raise()
     });
@@ -280,8 +298,8 @@ fn batch(
         )
         .raise();
     }
-    keys.into_iter()
-        .zip(hashes)
+    keys.iter()
+        .zip(hashes.iter())
         .enumerate()
         .map(|(i, (key, hash))| {
             let key = key.unwrap_or_else(|| {
@@ -305,10 +323,10 @@ fn batch(
 
 #[pg_extern(sql = false)]
 #[allow(clippy::type_complexity)]
-fn idem_claim_many(
-    tenant: Option<&str>,
-    keys: Option<Vec<Option<String>>>,
-    request_hashes: Option<Vec<Option<String>>>,
+fn idem_claim_many<'a>(
+    tenant: Option<&'a str>,
+    keys: Option<Array<'a, &'a str>>,
+    request_hashes: Option<Array<'a, &'a str>>,
     lease: Option<Interval>,
     ttl: Option<Interval>,
 ) -> TableIterator<
@@ -327,18 +345,15 @@ fn idem_claim_many(
     ),
 > {
     let tenant = check(args::name(tenant, "tenant"));
-    let pairs = batch(keys, request_hashes);
+    tenants::check_access(tenant);
+    let pairs = batch(keys.as_ref(), request_hashes.as_ref());
     let requests: Vec<ClaimRequest<'_>> = pairs
         .iter()
         .enumerate()
         .map(|(i, (key, hash))| {
             let argument = format!("keys[{}]", i + 1);
-            let (_, key) = check(args::tenant_and_key(
-                Some(tenant),
-                Some(key.as_str()),
-                &argument,
-            ));
-            let hash = check(args::request_hash(Some(hash.as_str())));
+            let (_, key) = check(args::tenant_and_key(Some(tenant), Some(key), &argument));
+            let hash = check(args::request_hash(Some(hash)));
             (key, hash)
         })
         .map(|(key, hash)| {
@@ -472,7 +487,7 @@ fn idem_checkpoint(
     data: Option<Jsonb>,
 ) {
     let target = fenced("idem_checkpoint", tenant, key, fence);
-    let phase = check(args::required(
+    let phase = check(args::label(
         phase,
         "phase",
         "Name the step the attempt has finished, such as 'charged'.",
@@ -491,7 +506,7 @@ fn idem_assert_fence(tenant: Option<&str>, key: Option<&str>, fence: Option<i64>
 #[pg_extern(sql = false)]
 fn idem_downstream_key(tenant: Option<&str>, key: Option<&str>, step: Option<&str>) -> pgrx::Uuid {
     let (tenant, key) = check(args::tenant_and_key(tenant, key, "key"));
-    let step = check(args::required(
+    let step = check(args::label(
         step,
         "step",
         "Name the external call, such as 'charge'.",

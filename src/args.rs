@@ -13,8 +13,10 @@ pub const MAX_REQUEST_HASH_CHARS: usize = 512;
 /// Most bytes tenant and key may take together: a btree index entry holds at most 2704 bytes.
 pub const MAX_KEY_BYTES: usize = 2400;
 
-/// The longest lease or ttl accepted: past it timestamps would leave PostgreSQL's range.
-const MAX_DURATION_US: i128 = 100 * 365 * 86_400 * 1_000_000;
+/// The longest lease or ttl accepted, 100 years as an interval counts them (a month is 30 days,
+/// so 1200 months are 36,000 days): past it timestamps would approach the end of PostgreSQL's
+/// range, and no idempotency window needs more.
+const MAX_DURATION_US: i128 = 1200 * 30 * 86_400 * 1_000_000;
 
 /// A tenant, key or stream name: not NULL, not empty, at most pg_idem.max_key_length characters.
 pub fn name<'a>(value: Option<&'a str>, argument: &str) -> Result<&'a str, IdemError> {
@@ -117,7 +119,7 @@ pub fn duration(
         return Err(errors::invalid_argument(
             argument,
             "is too long",
-            "At most 100 years are accepted.".to_string(),
+            format!("Got {micros} microseconds; at most 100 years are accepted, counted as 36000 days (an interval's month is 30 days)."),
             "Pass a shorter interval, or NULL for the default setting.",
         ));
     }
@@ -136,6 +138,28 @@ pub fn payload(value: Option<Jsonb>, argument: &str) -> Result<Option<Jsonb>, Id
                 "Store a reference to the response (an id or a URL) instead of the whole body, or raise pg_idem.max_response_bytes.",
             ));
         }
+    }
+    Ok(value)
+}
+
+/// Longest checkpoint phase or downstream step accepted, in characters: they name a step of
+/// the caller's work ('charged', 'shipment-2'); the phase is stored with the key.
+pub const MAX_LABEL_CHARS: usize = 256;
+
+/// The name of a step (a checkpoint phase, a downstream call): present and at most
+/// MAX_LABEL_CHARS characters.
+pub fn label<'a>(value: Option<&'a str>, argument: &str, hint: &str) -> Result<&'a str, IdemError> {
+    let value = required(value, argument, hint)?;
+    if value.chars().nth(MAX_LABEL_CHARS).is_some() {
+        return Err(errors::invalid_argument(
+            argument,
+            "is too long",
+            format!(
+                "It has {} characters; at most {MAX_LABEL_CHARS} are accepted.",
+                value.chars().count()
+            ),
+            "Name the step, such as 'charged'; keep its data in the jsonb argument.",
+        ));
     }
     Ok(value)
 }

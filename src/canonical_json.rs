@@ -3,7 +3,7 @@
 //!
 //! - no whitespace outside strings;
 //! - object members sorted by key, comparing the keys' UTF-8 bytes (that is, code point order);
-//!   a repeated key keeps its last value (as `jsonb` does);
+//!   keys are unique (jsonb keeps the last of repeated keys);
 //! - numbers in plain decimal notation, without exponent, without trailing fractional zeros and
 //!   without a trailing decimal point; `-0` is `0` (`1.50` and `1.5` are the same, `1E2` is `100`);
 //! - strings with `"`, `\` and the control characters below U+0020 escaped (`\b \f \n \r \t`,
@@ -11,476 +11,278 @@
 //! - `true`, `false` and `null` as such.
 //!
 //! Numbers are never converted to floating point: two amounts that differ in their 30th digit
-//! hash differently. The input is the text `jsonb` prints, which is always valid JSON.
+//! hash differently.
+//!
+//! This module only writes: the caller walks the value (in canonical member order) and calls
+//! the writer token by token, so the canonical text is never held in memory: it streams into a
+//! [`Sink`], usually a SHA-256 hasher. Nothing here allocates.
 
-use std::fmt::Write;
-
-const MAX_EXPONENT: i64 = 200_000;
-
-#[derive(Debug, PartialEq)]
-enum Value {
-    Null,
-    Bool(bool),
-    Number(String),
-    String(String),
-    Array(Vec<Value>),
-    Object(Vec<(String, Value)>),
+/// Where canonical bytes go.
+pub trait Sink {
+    fn put(&mut self, bytes: &[u8]);
 }
 
-/// Why a text is not JSON. Only reachable with input that did not come from `jsonb`.
+/// Writes one JSON value in canonical form, token by token.
+pub struct Writer<S: Sink> {
+    sink: S,
+    /// whether the next value or key of the current container needs a ',' before it
+    after_value: bool,
+}
+
+impl<S: Sink> Writer<S> {
+    pub fn new(sink: S) -> Self {
+        Writer {
+            sink,
+            after_value: false,
+        }
+    }
+
+    pub fn into_sink(self) -> S {
+        self.sink
+    }
+
+    fn separate(&mut self) {
+        if self.after_value {
+            self.sink.put(b",");
+        }
+    }
+
+    pub fn null(&mut self) {
+        self.separate();
+        self.sink.put(b"null");
+        self.after_value = true;
+    }
+
+    pub fn bool(&mut self, value: bool) {
+        self.separate();
+        self.sink.put(if value { b"true" } else { b"false" });
+        self.after_value = true;
+    }
+
+    /// A number given as PostgreSQL's `numeric_out` prints it: `-?digits(.digits)?`. Any other
+    /// text (NaN, exponents) is refused: jsonb cannot hold it.
+    pub fn number(&mut self, text: &[u8]) -> Result<(), NotANumber> {
+        let number = PlainDecimal::parse(text)?;
+        self.separate();
+        number.write(&mut self.sink);
+        self.after_value = true;
+        Ok(())
+    }
+
+    /// A string value, from its UTF-8 bytes.
+    pub fn string(&mut self, utf8: &[u8]) {
+        self.separate();
+        write_string(&mut self.sink, utf8.iter().copied());
+        self.after_value = true;
+    }
+
+    /// A string value whose ASCII letters are written in upper case (HTTP methods).
+    pub fn string_ascii_uppercase(&mut self, utf8: &[u8]) {
+        self.separate();
+        write_string(&mut self.sink, utf8.iter().map(u8::to_ascii_uppercase));
+        self.after_value = true;
+    }
+
+    pub fn begin_array(&mut self) {
+        self.separate();
+        self.sink.put(b"[");
+        self.after_value = false;
+    }
+
+    pub fn end_array(&mut self) {
+        self.sink.put(b"]");
+        self.after_value = true;
+    }
+
+    pub fn begin_object(&mut self) {
+        self.separate();
+        self.sink.put(b"{");
+        self.after_value = false;
+    }
+
+    /// The key of the next member; its value follows with the next call.
+    pub fn key(&mut self, utf8: &[u8]) {
+        self.separate();
+        write_string(&mut self.sink, utf8.iter().copied());
+        self.sink.put(b":");
+        self.after_value = false;
+    }
+
+    pub fn end_object(&mut self) {
+        self.sink.put(b"}");
+        self.after_value = true;
+    }
+}
+
+/// A number text that is not plain decimal notation.
 #[derive(Debug, PartialEq, Eq)]
-pub struct SyntaxError {
-    pub offset: usize,
-    pub expected: &'static str,
+pub struct NotANumber;
+
+/// A decimal number split into its parts, borrowed from the text it was read from.
+struct PlainDecimal<'a> {
+    negative: bool,
+    /// integer digits without leading zeros (empty for 0)
+    int: &'a [u8],
+    /// fractional digits without trailing zeros (empty for none)
+    frac: &'a [u8],
 }
 
-impl std::fmt::Display for SyntaxError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "invalid JSON at byte {}: expected {}",
-            self.offset, self.expected
-        )
-    }
-}
-
-/// Canonical text of a JSON document.
-pub fn canonicalize(json: &str) -> Result<String, SyntaxError> {
-    let mut parser = Parser {
-        bytes: json.as_bytes(),
-        pos: 0,
-    };
-    let value = parser.value()?;
-    parser.skip_whitespace();
-    if parser.pos != parser.bytes.len() {
-        return Err(parser.error("end of input"));
-    }
-    let mut out = String::with_capacity(json.len());
-    write_value(&value, &mut out);
-    Ok(out)
-}
-
-/// Canonical text of a JSON array of the given canonical elements, e.g. `["POST","/x",{...}]`.
-pub fn array_of(elements: &[String]) -> String {
-    let mut out = String::from("[");
-    for (i, element) in elements.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(element);
-    }
-    out.push(']');
-    out
-}
-
-/// Canonical text of a JSON string holding `s`.
-pub fn string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    write_string(s, &mut out);
-    out
-}
-
-struct Parser<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Parser<'a> {
-    fn error(&self, expected: &'static str) -> SyntaxError {
-        SyntaxError {
-            offset: self.pos,
-            expected,
-        }
-    }
-
-    fn skip_whitespace(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes.get(self.pos) {
-            self.pos += 1;
-        }
-    }
-
-    fn peek(&self) -> Option<u8> {
-        self.bytes.get(self.pos).copied()
-    }
-
-    fn expect_literal(&mut self, literal: &'static str) -> Result<(), SyntaxError> {
-        if self.bytes[self.pos..].starts_with(literal.as_bytes()) {
-            self.pos += literal.len();
-            Ok(())
-        } else {
-            Err(self.error(literal))
-        }
-    }
-
-    fn value(&mut self) -> Result<Value, SyntaxError> {
-        self.skip_whitespace();
-        match self.peek() {
-            Some(b'{') => self.object(),
-            Some(b'[') => self.array(),
-            Some(b'"') => Ok(Value::String(self.string()?)),
-            Some(b't') => self.expect_literal("true").map(|_| Value::Bool(true)),
-            Some(b'f') => self.expect_literal("false").map(|_| Value::Bool(false)),
-            Some(b'n') => self.expect_literal("null").map(|_| Value::Null),
-            Some(b'-' | b'0'..=b'9') => self.number(),
-            _ => Err(self.error("a JSON value")),
-        }
-    }
-
-    fn object(&mut self) -> Result<Value, SyntaxError> {
-        self.pos += 1; // '{'
-        let mut members: Vec<(String, Value)> = Vec::new();
-        self.skip_whitespace();
-        if self.peek() == Some(b'}') {
-            self.pos += 1;
-            return Ok(Value::Object(members));
-        }
-        loop {
-            self.skip_whitespace();
-            if self.peek() != Some(b'"') {
-                return Err(self.error("an object key"));
-            }
-            let key = self.string()?;
-            self.skip_whitespace();
-            if self.peek() != Some(b':') {
-                return Err(self.error("':'"));
-            }
-            self.pos += 1;
-            let value = self.value()?;
-            // a repeated key keeps its last value, as jsonb does
-            members.retain(|(k, _)| *k != key);
-            members.push((key, value));
-            self.skip_whitespace();
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b'}') => {
-                    self.pos += 1;
-                    break;
-                }
-                _ => return Err(self.error("',' or '}'")),
-            }
-        }
-        members.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-        Ok(Value::Object(members))
-    }
-
-    fn array(&mut self) -> Result<Value, SyntaxError> {
-        self.pos += 1; // '['
-        let mut elements = Vec::new();
-        self.skip_whitespace();
-        if self.peek() == Some(b']') {
-            self.pos += 1;
-            return Ok(Value::Array(elements));
-        }
-        loop {
-            elements.push(self.value()?);
-            self.skip_whitespace();
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b']') => {
-                    self.pos += 1;
-                    break;
-                }
-                _ => return Err(self.error("',' or ']'")),
-            }
-        }
-        Ok(Value::Array(elements))
-    }
-
-    fn hex4(&mut self) -> Result<u32, SyntaxError> {
-        let digits = self
-            .bytes
-            .get(self.pos..self.pos + 4)
-            .ok_or_else(|| self.error("4 hex digits"))?;
-        let text = std::str::from_utf8(digits).map_err(|_| self.error("4 hex digits"))?;
-        let code = u32::from_str_radix(text, 16).map_err(|_| self.error("4 hex digits"))?;
-        self.pos += 4;
-        Ok(code)
-    }
-
-    fn string(&mut self) -> Result<String, SyntaxError> {
-        self.pos += 1; // opening quote
-        let mut out = String::new();
-        loop {
-            let start = self.pos;
-            while let Some(b) = self.peek() {
-                if b == b'"' || b == b'\\' || b < 0x20 {
-                    break;
-                }
-                self.pos += 1;
-            }
-            let chunk = std::str::from_utf8(&self.bytes[start..self.pos])
-                .map_err(|_| self.error("UTF-8 text"))?;
-            out.push_str(chunk);
-            match self.peek() {
-                Some(b'"') => {
-                    self.pos += 1;
-                    return Ok(out);
-                }
-                Some(b'\\') => {
-                    self.pos += 1;
-                    let escape = self.peek().ok_or_else(|| self.error("an escape"))?;
-                    self.pos += 1;
-                    match escape {
-                        b'"' => out.push('"'),
-                        b'\\' => out.push('\\'),
-                        b'/' => out.push('/'),
-                        b'b' => out.push('\u{8}'),
-                        b'f' => out.push('\u{c}'),
-                        b'n' => out.push('\n'),
-                        b'r' => out.push('\r'),
-                        b't' => out.push('\t'),
-                        b'u' => {
-                            let first = self.hex4()?;
-                            let code = if (0xD800..0xDC00).contains(&first) {
-                                self.expect_literal("\\u")?;
-                                let second = self.hex4()?;
-                                if !(0xDC00..0xE000).contains(&second) {
-                                    return Err(self.error("a low surrogate"));
-                                }
-                                0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00)
-                            } else {
-                                first
-                            };
-                            out.push(
-                                char::from_u32(code)
-                                    .ok_or_else(|| self.error("a valid code point"))?,
-                            );
-                        }
-                        _ => return Err(self.error("a valid escape")),
-                    }
-                }
-                _ => return Err(self.error("'\"'")),
-            }
-        }
-    }
-
-    fn number(&mut self) -> Result<Value, SyntaxError> {
-        let start = self.pos;
-        if self.peek() == Some(b'-') {
-            self.pos += 1;
-        }
-        let int_start = self.pos;
-        while let Some(b'0'..=b'9') = self.peek() {
-            self.pos += 1;
-        }
-        if self.pos == int_start {
-            return Err(self.error("a digit"));
-        }
-        let mut frac = "";
-        if self.peek() == Some(b'.') {
-            self.pos += 1;
-            let frac_start = self.pos;
-            while let Some(b'0'..=b'9') = self.peek() {
-                self.pos += 1;
-            }
-            if self.pos == frac_start {
-                return Err(self.error("a digit"));
-            }
-            frac = std::str::from_utf8(&self.bytes[frac_start..self.pos]).unwrap_or("");
-        }
-        let int_end = if frac.is_empty() {
-            self.pos
-        } else {
-            self.pos - frac.len() - 1
+impl<'a> PlainDecimal<'a> {
+    fn parse(text: &'a [u8]) -> Result<Self, NotANumber> {
+        let (negative, digits) = match text.split_first() {
+            Some((b'-', rest)) => (true, rest),
+            _ => (false, text),
         };
-        let mut exponent: i64 = 0;
-        if let Some(b'e' | b'E') = self.peek() {
-            self.pos += 1;
-            let negative = match self.peek() {
-                Some(b'-') => {
-                    self.pos += 1;
-                    true
-                }
-                Some(b'+') => {
-                    self.pos += 1;
-                    false
-                }
-                _ => false,
-            };
-            let exp_start = self.pos;
-            while let Some(b'0'..=b'9') = self.peek() {
-                self.pos += 1;
-            }
-            let digits = std::str::from_utf8(&self.bytes[exp_start..self.pos]).unwrap_or("");
-            let magnitude: i64 = digits.parse().map_err(|_| self.error("an exponent"))?;
-            // numeric holds at most 131072 digits before and 16383 after the point
-            if magnitude > MAX_EXPONENT {
-                return Err(self.error("an exponent PostgreSQL numeric can hold"));
-            }
-            exponent = if negative { -magnitude } else { magnitude };
+        let (int, frac) = match digits.iter().position(|&b| b == b'.') {
+            Some(point) => (&digits[..point], &digits[point + 1..]),
+            None => (digits, &digits[digits.len()..]),
+        };
+        let all_digits = |s: &[u8]| s.iter().all(u8::is_ascii_digit);
+        if int.is_empty() || !all_digits(int) || !all_digits(frac) {
+            return Err(NotANumber);
         }
-        let negative = self.bytes[start] == b'-';
-        let int = std::str::from_utf8(&self.bytes[int_start..int_end]).unwrap_or("");
-        Ok(Value::Number(normalize_number(
-            negative, int, frac, exponent,
-        )))
-    }
-}
-
-/// Plain decimal text of `(-)int.frac × 10^exponent`, without insignificant zeros.
-fn normalize_number(negative: bool, int: &str, frac: &str, exponent: i64) -> String {
-    let digits: String = [int, frac].concat();
-    // position of the decimal point inside `digits`
-    let point = int.len() as i64 + exponent;
-    let (int_part, frac_part): (String, String) = if point <= 0 {
-        let zeros = "0".repeat(point.unsigned_abs() as usize);
-        ("0".to_string(), zeros + &digits)
-    } else if point as usize >= digits.len() {
-        let zeros = "0".repeat(point as usize - digits.len());
-        (digits + &zeros, String::new())
-    } else {
-        let (i, f) = digits.split_at(point as usize);
-        (i.to_string(), f.to_string())
-    };
-    let int_trimmed = int_part.trim_start_matches('0');
-    let frac_trimmed = frac_part.trim_end_matches('0');
-    let int_final = if int_trimmed.is_empty() {
-        "0"
-    } else {
-        int_trimmed
-    };
-    let is_zero = int_final == "0" && frac_trimmed.is_empty();
-    let mut out = String::new();
-    if negative && !is_zero {
-        out.push('-');
-    }
-    out.push_str(int_final);
-    if !frac_trimmed.is_empty() {
-        out.push('.');
-        out.push_str(frac_trimmed);
-    }
-    out
-}
-
-fn write_value(value: &Value, out: &mut String) {
-    match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(true) => out.push_str("true"),
-        Value::Bool(false) => out.push_str("false"),
-        Value::Number(n) => out.push_str(n),
-        Value::String(s) => write_string(s, out),
-        Value::Array(elements) => {
-            out.push('[');
-            for (i, element) in elements.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_value(element, out);
-            }
-            out.push(']');
+        if digits.len() > int.len() && frac.is_empty() {
+            return Err(NotANumber); // "1." is not a number
         }
-        Value::Object(members) => {
-            out.push('{');
-            for (i, (key, value)) in members.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_string(key, out);
-                out.push(':');
-                write_value(value, out);
-            }
-            out.push('}');
+        let int_start = int.iter().position(|&b| b != b'0').unwrap_or(int.len());
+        let frac_end = frac.iter().rposition(|&b| b != b'0').map_or(0, |i| i + 1);
+        Ok(PlainDecimal {
+            negative,
+            int: &int[int_start..],
+            frac: &frac[..frac_end],
+        })
+    }
+
+    fn write(&self, sink: &mut impl Sink) {
+        let is_zero = self.int.is_empty() && self.frac.is_empty();
+        if self.negative && !is_zero {
+            sink.put(b"-");
+        }
+        sink.put(if self.int.is_empty() { b"0" } else { self.int });
+        if !self.frac.is_empty() {
+            sink.put(b".");
+            sink.put(self.frac);
         }
     }
 }
 
-fn write_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
+fn write_string(sink: &mut impl Sink, bytes: impl Iterator<Item = u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    sink.put(b"\"");
+    // runs of plain bytes go out in chunks: one put per byte would dominate the cost
+    let mut chunk = [0u8; 256];
+    let mut len = 0;
+    let mut unicode = *b"\\u0000";
+    for b in bytes {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x00..=0x1f => {
+                unicode[4] = HEX[(b >> 4) as usize];
+                unicode[5] = HEX[(b & 0x0f) as usize];
+                &unicode
             }
-            c => out.push(c),
-        }
+            _ => {
+                chunk[len] = b;
+                len += 1;
+                if len == chunk.len() {
+                    sink.put(&chunk);
+                    len = 0;
+                }
+                continue;
+            }
+        };
+        sink.put(&chunk[..len]);
+        len = 0;
+        sink.put(escape);
     }
-    out.push('"');
+    sink.put(&chunk[..len]);
+    sink.put(b"\"");
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
 }
 
 #[cfg(test)]
 mod unit {
     use super::*;
 
-    fn canon(s: &str) -> String {
-        canonicalize(s).expect("valid JSON")
+    fn text(f: impl FnOnce(&mut Writer<Vec<u8>>)) -> String {
+        let mut w = Writer::new(Vec::new());
+        f(&mut w);
+        String::from_utf8(w.into_sink()).unwrap()
+    }
+
+    fn number(n: &str) -> String {
+        text(|w| w.number(n.as_bytes()).unwrap())
     }
 
     #[test]
-    fn sorts_keys_and_drops_whitespace() {
-        assert_eq!(
-            canon(r#"{ "b": 1, "a": [true, null, "x"] }"#),
-            r#"{"a":[true,null,"x"],"b":1}"#
-        );
-        assert_eq!(
-            canon(r#"{"b":{"d":1,"c":2},"a":0}"#),
-            r#"{"a":0,"b":{"c":2,"d":1}}"#
-        );
-    }
-
-    #[test]
-    fn keys_sort_by_code_point_not_by_length() {
-        // jsonb itself orders keys by length first; the canonical form does not
-        assert_eq!(
-            canon(r#"{"bb":1,"a":2,"ab":3}"#),
-            r#"{"a":2,"ab":3,"bb":1}"#
-        );
-        assert_eq!(canon(r#"{"é":1,"z":2,"Z":3}"#), r#"{"Z":3,"z":2,"é":1}"#);
-    }
-
-    #[test]
-    fn repeated_key_keeps_last_value() {
-        assert_eq!(canon(r#"{"a":1,"a":2}"#), r#"{"a":2}"#);
+    fn separators_follow_the_tokens() {
+        let out = text(|w| {
+            w.begin_object();
+            w.key(b"a");
+            w.begin_array();
+            w.bool(true);
+            w.null();
+            w.string(b"x");
+            w.begin_object();
+            w.end_object();
+            w.end_array();
+            w.key(b"b");
+            w.number(b"1").unwrap();
+            w.end_object();
+        });
+        assert_eq!(out, r#"{"a":[true,null,"x",{}],"b":1}"#);
     }
 
     #[test]
     fn numbers_are_normalised_not_rounded() {
-        assert_eq!(canon("1.50"), "1.5");
-        assert_eq!(canon("1.0"), "1");
-        assert_eq!(canon("-0"), "0");
-        assert_eq!(canon("-0.000"), "0");
-        assert_eq!(canon("100"), "100");
-        assert_eq!(canon("1E2"), "100");
-        assert_eq!(canon("1.25e-3"), "0.00125");
-        assert_eq!(canon("-12.5e1"), "-125");
-        assert_eq!(canon("0.1"), "0.1");
+        assert_eq!(number("1.50"), "1.5");
+        assert_eq!(number("100"), "100");
+        assert_eq!(number("0.000100"), "0.0001");
+        assert_eq!(number("-0"), "0");
+        assert_eq!(number("-0.000"), "0");
+        assert_eq!(number("007.0"), "7");
+        assert_eq!(number("-12.340"), "-12.34");
         assert_eq!(
-            canon("123456789012345678901234567890.123"),
-            "123456789012345678901234567890.123"
+            number("12345678901234567890.123456789012345678901"),
+            "12345678901234567890.123456789012345678901"
         );
-        assert_ne!(
-            canon("123456789012345678901234567890"),
-            canon("123456789012345678901234567891")
-        );
+    }
+
+    #[test]
+    fn only_plain_decimals_are_numbers() {
+        let mut w = Writer::new(Vec::new());
+        for bad in [
+            "", "-", "1.", ".5", "1e5", "NaN", "Infinity", "1.2.3", "--1", "0x10",
+        ] {
+            assert_eq!(w.number(bad.as_bytes()), Err(NotANumber), "{bad:?}");
+        }
     }
 
     #[test]
     fn strings_use_minimal_escapes() {
+        let s = text(|w| w.string("a\"b\\c\u{8}\u{c}\n\r\t\u{1}\u{1f}/é😀".as_bytes()));
+        assert_eq!(s, "\"a\\\"b\\\\c\\b\\f\\n\\r\\t\\u0001\\u001f/é😀\"");
+        let long = "x".repeat(1000) + "\n" + &"y".repeat(300);
+        let expected = format!("\"{}\\n{}\"", "x".repeat(1000), "y".repeat(300));
+        assert_eq!(text(|w| w.string(long.as_bytes())), expected);
+    }
+
+    #[test]
+    fn methods_are_upper_cased_ascii_only() {
         assert_eq!(
-            canon(r#""a\u0041\/\n\u001f\"\\é""#),
-            "\"aA/\\n\\u001f\\\"\\\\é\""
+            text(|w| w.string_ascii_uppercase("pOst-é".as_bytes())),
+            "\"POST-é\""
         );
-        assert_eq!(canon(r#""\ud83d\ude00""#), "\"😀\"");
-    }
-
-    #[test]
-    fn rejects_what_is_not_json() {
-        assert!(canonicalize("{").is_err());
-        assert!(canonicalize("[1,]").is_err());
-        assert!(canonicalize("tru").is_err());
-        assert!(canonicalize("1 2").is_err());
-        assert!(canonicalize(r#""\ud83d""#).is_err());
-    }
-
-    #[test]
-    fn array_of_builds_a_canonical_array() {
-        let parts = vec![string("POST"), string("/v1/x"), canon(r#"{"b":1,"a":2}"#)];
-        assert_eq!(array_of(&parts), r#"["POST","/v1/x",{"a":2,"b":1}]"#);
     }
 }

@@ -21,15 +21,14 @@ impl Jsonb {
         unsafe { pg_sys::toast_raw_datum_size(self.0) }
     }
 
-    /// The value's text as `jsonb_out` prints it.
-    pub fn to_text(self) -> String {
+    /// The root container of the value, detoasted into the current memory context (the value
+    /// itself when it is not toasted), valid until that context is reset.
+    pub fn root(self) -> *const pg_sys::JsonbContainer {
+        // SAFETY: self.0 is a non-null jsonb datum (NULLs never become a Jsonb); detoasting
+        // returns a plain varlena laid out as `Jsonb`, whose root container follows the header.
         unsafe {
-            let text = pgrx::fcinfo::direct_function_call::<&std::ffi::CStr>(
-                pg_sys::jsonb_out,
-                &[Some(self.0)],
-            );
-            text.map(|t| t.to_string_lossy().into_owned())
-                .unwrap_or_default()
+            let value = pg_sys::pg_detoast_datum(self.0.cast_mut_ptr()).cast::<pg_sys::Jsonb>();
+            &raw const (*value).root
         }
     }
 }

@@ -66,10 +66,10 @@ pub fn too_large(argument: &str, detail: String, hint: &str) -> IdemError {
 /// Why an operation under a fence was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseLost {
-    /// The key is in progress under another (newer) fence: it was taken over.
-    TakenOver,
-    /// The key is in progress under a fence that is not the caller's and not newer.
-    WrongFence,
+    /// The key is in progress under another fence. Whether the caller's fence is older (taken
+    /// over) or was never the key's is not said: a direction would let a caller that guesses
+    /// fences find the live one by bisection.
+    NotHolder,
     /// The key already holds a completed response.
     Completed,
     /// The key already holds a final error.
@@ -85,10 +85,9 @@ pub fn lease_lost(
     why: LeaseLost,
 ) -> IdemError {
     let detail = match why {
-        LeaseLost::TakenOver => {
-            format!("Fence {fence} is no longer current: another attempt has claimed the key since (a takeover after the lease expired, or a new claim after a release).")
-        }
-        LeaseLost::WrongFence => format!("Fence {fence} was never the fence of this key."),
+        LeaseLost::NotHolder => format!(
+            "Fence {fence} does not hold this key: another attempt holds it (after a takeover or a new claim), or it never was this key's fence."
+        ),
         LeaseLost::Completed => {
             format!("The key is already completed; fence {fence} cannot change it.")
         }
@@ -111,6 +110,16 @@ pub fn key_not_found(function: &str, tenant: &str, key: &str, fence: i64) -> Ide
         format!("{function}: key \"{key}\" of tenant \"{tenant}\" does not exist"),
         format!("No key holds fence {fence}: it was never claimed, or it was released, forgotten or purged since."),
         "Claim the key with idem_claim() first; a released or purged key must be claimed again.",
+    )
+}
+
+/// 42501: pg_idem.tenant_grants is on and the role has no grant on the tenant.
+pub fn tenant_denied(tenant: &str, role: &str) -> IdemError {
+    IdemError::new(
+        PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+        format!("permission denied for tenant \"{tenant}\""),
+        format!("Role \"{role}\" has no grant on tenant \"{tenant}\" (directly or through a role it has the privileges of), and pg_idem.tenant_grants is on."),
+        "A superuser grants the tenant with idem_grant_tenant(role, tenant); SET ROLE to a role that has the grant also works.",
     )
 }
 

@@ -15,6 +15,9 @@ pub static MAX_KEY_LENGTH: GucSetting<i32> = GucSetting::<i32>::new(255);
 pub static MAX_RESPONSE_BYTES: GucSetting<i32> = GucSetting::<i32>::new(1024 * 1024);
 pub static MAX_BATCH_KEYS: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static REJECT_STALE_UUIDV7: GucSetting<bool> = GucSetting::<bool>::new(false);
+/// Whether a role may act only on tenants granted to it (idem_grant_tenant). Superuser-only to
+/// change, so that a role cannot switch the check off for its own session.
+static TENANT_GRANTS: GucSetting<bool> = GucSetting::<bool>::new(false);
 pub static DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
 pub static PURGE_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
@@ -78,6 +81,14 @@ pub fn init() {
         c"Such a key may have run and been purged already, so running it again could repeat its effect.",
         &REJECT_STALE_UUIDV7,
         GucContext::Userset,
+        GucFlags::empty(),
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_idem.tenant_grants",
+        c"Let each role act only on the tenants granted to it (or to a role it has the privileges of) with idem_grant_tenant().",
+        c"Off: any role that may call the functions may act on any tenant. Only superusers can change it (ALTER DATABASE ... SET, ALTER ROLE ... SET, or postgresql.conf).",
+        &TENANT_GRANTS,
+        GucContext::Suset,
         GucFlags::empty(),
     );
     // a postmaster setting can only be defined while preloading, which is also the only time
@@ -158,6 +169,10 @@ pub fn max_batch_keys() -> usize {
 
 pub fn reject_stale_uuidv7() -> bool {
     REJECT_STALE_UUIDV7.get()
+}
+
+pub fn tenant_grants() -> bool {
+    TENANT_GRANTS.get()
 }
 
 /// The databases listed in pg_idem.database, trimmed, without empties or repeats.

@@ -5,10 +5,12 @@
 //! - `args`: argument checks shared by every SQL function
 //! - `store`: the key store, every statement on idem.keys
 //! - `streams`: high-watermark dedup of ordered streams (idem.watermarks)
-//! - `hashing`, `canonical_json`: request fingerprints, lock identities, UUIDs
+//! - `hashing`, `canonical_json`, `jsonb_walk`: request fingerprints (a canonical walk of jsonb),
+//!   lock identities, UUIDs
 //! - `datum`: jsonb pass-through and one-row records
 //! - `guc`: the pg_idem.* settings
 //! - `stats`: shared-memory counters and the statistics functions
+//! - `tenants`: tenants as an access boundary (pg_idem.tenant_grants)
 //! - `worker`: the purge launcher and purge workers
 //! - `errors`: SQLSTATEs, messages, details and hints
 
@@ -21,9 +23,11 @@ mod datum;
 mod errors;
 mod guc;
 mod hashing;
+mod jsonb_walk;
 mod stats;
 mod store;
 mod streams;
+mod tenants;
 mod worker;
 
 pgrx::pg_module_magic!(name, version);
@@ -32,6 +36,7 @@ extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 extension_sql_file!("../sql/api.sql", name = "api", requires = ["schema"]);
 extension_sql_file!("../sql/extras.sql", name = "extras", requires = ["api"]);
 extension_sql_file!("../sql/stats.sql", name = "stats", requires = ["extras"]);
+extension_sql_file!("../sql/tenants.sql", name = "tenants", requires = ["stats"]);
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {

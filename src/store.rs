@@ -50,11 +50,12 @@ impl State {
         }) as i8
     }
 
-    fn from_code(code: i8) -> State {
+    fn from_code(code: i8) -> Option<State> {
         match code as u8 {
-            b'c' => State::Completed,
-            b'f' => State::Failed,
-            _ => State::InProgress,
+            b'p' => Some(State::InProgress),
+            b'c' => Some(State::Completed),
+            b'f' => Some(State::Failed),
+            _ => None,
         }
     }
 }
@@ -63,7 +64,6 @@ impl State {
 pub struct KeyRow {
     pub state: State,
     pub request_hash: Vec<u8>,
-    pub fence: i64,
     pub attempt: i32,
     pub response_code: Option<i32>,
     pub response_body: Option<Jsonb>,
@@ -102,8 +102,7 @@ enum Stmt {
 
 const STATEMENT_COUNT: usize = 12;
 
-const KEY_COLUMNS: &str =
-    "k.state, k.request_hash, k.fence, k.attempt, k.response_code, k.response_body, \
+const KEY_COLUMNS: &str = "k.state, k.request_hash, k.attempt, k.response_code, k.response_body, \
      k.lease_expires_at, k.expires_at, k.checkpoint_phase, k.checkpoint_data";
 
 const WHERE_KEY: &str = "k.tenant OPERATOR(pg_catalog.=) $1 AND k.key OPERATOR(pg_catalog.=) $2";
@@ -329,6 +328,16 @@ fn first_row(table: SpiTupleTable<'_>) -> Option<SpiTupleTable<'_>> {
     }
 }
 
+/// idem.keys holds something only a bug (or a hand edit of the table) can put there.
+fn impossible(what: String) -> ! {
+    errors::internal("reading idem.keys", format!("unexpected {what}")).raise()
+}
+
+/// The value of a NOT NULL column.
+fn not_null<T>(value: Option<T>, column: &str) -> T {
+    value.unwrap_or_else(|| impossible(format!("NULL in column {column}")))
+}
+
 /// The KEY_COLUMNS of a row, starting at column `first`; None when the key is absent.
 fn read_key_row(
     table: &SpiTupleTable<'_>,
@@ -337,14 +346,14 @@ fn read_key_row(
 ) -> Option<KeyRow> {
     let state = get_i8(table, first)?;
     Some(KeyRow {
-        state: State::from_code(state),
-        request_hash: get_bytes(table, first + 1).unwrap_or_default(),
-        fence: get_i64(table, first + 2).unwrap_or(0),
-        attempt: get_i32(table, first + 3).unwrap_or(0),
-        response_code: get_i32(table, first + 4),
-        response_body: get_jsonb(table, first + 5, outer),
-        lease_expires_at: get_i64(table, first + 6),
-        expires_at: get_i64(table, first + 7).unwrap_or(0),
+        state: State::from_code(state)
+            .unwrap_or_else(|| impossible(format!("state {:?}", state as u8 as char))),
+        request_hash: not_null(get_bytes(table, first + 1), "request_hash"),
+        attempt: not_null(get_i32(table, first + 2), "attempt"),
+        response_code: get_i32(table, first + 3),
+        response_body: get_jsonb(table, first + 4, outer),
+        lease_expires_at: get_i64(table, first + 5),
+        expires_at: not_null(get_i64(table, first + 6), "expires_at"),
     })
 }
 
@@ -515,9 +524,24 @@ pub fn claim(client: &Client<'_, '_>, request: &ClaimRequest<'_>, now: Micros) -
         let lock = try_lock_key(tenant, key);
         let row = lookup(client, tenant, key, false);
         let exists = row.is_some();
-        let next = match plan(row, request, now) {
-            Plan::Fresh if is_stale_uuidv7(request, now) => Plan::Answer(ClaimOutcome::StaleKey),
-            next => next,
+        let next = match row {
+            // This transaction holds the key lock, so the attempt in progress is its own (it
+            // claimed the key, or proved its fence with a fenced call). However long the
+            // transaction has run past its lease or ttl, a takeover here would make its own
+            // fence stale under its feet.
+            Some(row)
+                if lock == KeyLock::AlreadyHeld
+                    && row.state == State::InProgress
+                    && row.request_hash.as_slice() == request.request_hash.as_slice() =>
+            {
+                Plan::Answer(ClaimOutcome::InProgress(Some(row)))
+            }
+            row => match plan(row, request, now) {
+                Plan::Fresh if is_stale_uuidv7(request, now) => {
+                    Plan::Answer(ClaimOutcome::StaleKey)
+                }
+                next => next,
+            },
         };
         if let Plan::Answer(outcome) = next {
             // replays, in_progress and mismatch answers only read: give the lock back at once
@@ -566,7 +590,7 @@ pub fn claim(client: &Client<'_, '_>, request: &ClaimRequest<'_>, now: Micros) -
             );
             if let Some(t) = first_row(table) {
                 return ClaimOutcome::Claimed {
-                    fence: get_i64(&t, 1).unwrap_or(0),
+                    fence: not_null(get_i64(&t, 1), "fence"),
                     attempt,
                     lease_expires_at,
                     expires_at,
@@ -597,7 +621,7 @@ pub fn claim(client: &Client<'_, '_>, request: &ClaimRequest<'_>, now: Micros) -
         );
         if let Some(t) = first_row(table) {
             return ClaimOutcome::Claimed {
-                fence: get_i64(&t, 1).unwrap_or(0),
+                fence: not_null(get_i64(&t, 1), "fence"),
                 attempt: 1,
                 lease_expires_at,
                 expires_at,
@@ -633,8 +657,7 @@ impl Fenced<'_> {
                 let why = match row.state {
                     State::Completed => LeaseLost::Completed,
                     State::Failed => LeaseLost::Failed,
-                    State::InProgress if row.fence > self.fence => LeaseLost::TakenOver,
-                    State::InProgress => LeaseLost::WrongFence,
+                    State::InProgress => LeaseLost::NotHolder,
                 };
                 crate::stats::record(self.tenant, crate::stats::Event::StaleFence);
                 errors::lease_lost(self.function, self.tenant, self.key, self.fence, why)
@@ -685,7 +708,7 @@ pub fn finish(
             timestamptz_arg(now),
         ],
     );
-    get_i64(&table, 1).unwrap_or(0)
+    not_null(get_i64(&table, 1), "expires_at")
 }
 
 /// Extends the lease of the attempt holding the fence; returns the new lease_expires_at.
@@ -700,7 +723,7 @@ pub fn heartbeat(
         Stmt::Heartbeat,
         [timestamptz_arg(lease_expires_at), timestamptz_arg(now)],
     );
-    get_i64(&table, 1).unwrap_or(lease_expires_at)
+    not_null(get_i64(&table, 1), "lease_expires_at")
 }
 
 /// Removes the claim of the attempt holding the fence.
@@ -766,11 +789,20 @@ impl PurgeCursor {
 /// has passed, from `cursor` on, skipping any row another transaction has locked, deletes the
 /// purgeable ones and re-arms the rest. The work is bounded by `limit`, however large the
 /// backlog.
-pub fn purge_batch(client: &Client<'_, '_>, now: Micros, limit: i64, cursor: PurgeCursor) -> PurgeBatch {
+pub fn purge_batch(
+    client: &Client<'_, '_>,
+    now: Micros,
+    limit: i64,
+    cursor: PurgeCursor,
+) -> PurgeBatch {
     let table = first_row(run(
         client.spi,
         Stmt::PurgeBatch,
-        &[timestamptz_arg(now), limit.into(), timestamptz_arg(cursor.0)],
+        &[
+            timestamptz_arg(now),
+            limit.into(),
+            timestamptz_arg(cursor.0),
+        ],
     ));
     let batch = match table {
         Some(t) => PurgeBatch {
@@ -779,7 +811,12 @@ pub fn purge_batch(client: &Client<'_, '_>, now: Micros, limit: i64, cursor: Pur
             rearmed: get_i64(&t, 3).unwrap_or(0),
             cursor: PurgeCursor(get_i64(&t, 4).map_or(cursor.0, |last| last.max(cursor.0))),
         },
-        None => PurgeBatch { scanned: 0, deleted: 0, rearmed: 0, cursor },
+        None => PurgeBatch {
+            scanned: 0,
+            deleted: 0,
+            rearmed: 0,
+            cursor,
+        },
     };
     crate::stats::record_purged(batch.deleted);
     batch

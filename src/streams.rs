@@ -36,7 +36,9 @@ fn seq_arg(seq: Option<i64>, argument: &str) -> i64 {
 }
 
 fn stream_args<'a>(tenant: Option<&'a str>, stream: Option<&'a str>) -> (&'a str, &'a str) {
-    check(args::tenant_and_key(tenant, stream, "stream"))
+    let (tenant, stream) = check(args::tenant_and_key(tenant, stream, "stream"));
+    crate::tenants::check_access(tenant);
+    (tenant, stream)
 }
 
 fn timestamptz_arg<'a>(micros: Micros) -> DatumWithOid<'a> {

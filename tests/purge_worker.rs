@@ -450,7 +450,14 @@ fn idem_purge_max_rows_counts_deleted_keys_not_keys_looked_at() {
     let mut db = server.client();
     db.batch_execute("CREATE EXTENSION pg_idem").unwrap();
     for i in 0..3 {
-        claim_with(&mut db, "t", &format!("kept-{i}"), "h", "1 min", Some("1 ms"));
+        claim_with(
+            &mut db,
+            "t",
+            &format!("kept-{i}"),
+            "h",
+            "1 min",
+            Some("1 ms"),
+        );
     }
     thread::sleep(Duration::from_millis(20));
     // ten expired keys that tie on one purge_after, later than the live keys'
@@ -465,10 +472,17 @@ fn idem_purge_max_rows_counts_deleted_keys_not_keys_looked_at() {
     .unwrap();
     thread::sleep(Duration::from_millis(5));
     let first: i64 = db.query_one("SELECT idem_purge(5)", &[]).unwrap().get(0);
-    assert_eq!(first, 5, "five expired keys deleted, the live ones only re-armed");
+    assert_eq!(
+        first, 5,
+        "five expired keys deleted, the live ones only re-armed"
+    );
     let rest: i64 = db.query_one("SELECT idem_purge()", &[]).unwrap().get(0);
     assert_eq!(rest, 5);
-    assert_eq!(count_keys(&mut db, "kept-%"), 3, "live leases are never purged");
+    assert_eq!(
+        count_keys(&mut db, "kept-%"),
+        3,
+        "live leases are never purged"
+    );
 }
 
 #[test]
