@@ -22,15 +22,6 @@ fn watermarks_move_only_forward() {
 }
 
 #[pg_test]
-fn checkpoint_survives_a_takeover() {
-    let f = one_i64("SELECT fence FROM idem_claim('checkpoint_survives_a_takeover', 'k', 'h', '10 ms')").unwrap();
-    Spi::run(&format!("SELECT idem_checkpoint('checkpoint_survives_a_takeover', 'k', {f}, 'paid', '{{\"charge\": \"ch_1\"}}')")).unwrap();
-    Spi::run("SELECT pg_sleep(0.05)").unwrap();
-    let resumed = one_text("SELECT checkpoint_phase || ' ' || checkpoint_data::text FROM idem_claim('checkpoint_survives_a_takeover', 'k', 'h')");
-    assert_eq!(resumed.as_deref(), Some(r#"paid {"charge": "ch_1"}"#));
-}
-
-#[pg_test]
 fn counters_count_outcomes() {
     // tests run side by side in one server: look at this test's own tenant only
     let counts = || {

@@ -89,6 +89,6 @@ fn request_hash_matches_independently_computed_vectors() {
     assert_eq!(
         one_text("SELECT idem_request_hash('post', '/v1/Charges', '{\"amount\": 42.00}')").as_deref(),
         Some("c0b3ca64c800022b85777c978d374b51eb7765a3d0a7c9181f33c0eb711e91ef"),
-        "the canonical [\"POST\",\"/v1/Charges\",{\"amount\":42}]"
+        "the canonical [\"POST\",\"/v1/Charges\",{{\"amount\":42}}]"
     );
 }
