@@ -18,6 +18,7 @@ pub struct Jsonb(pg_sys::Datum);
 impl Jsonb {
     /// Size of the value once decompressed, in bytes, as counted by pg_idem.max_response_bytes.
     pub fn raw_size(self) -> usize {
+        // SAFETY: self.0 is a non-null jsonb (varlena) datum; this reads its header only.
         unsafe { pg_sys::toast_raw_datum_size(self.0) }
     }
 
@@ -56,6 +57,8 @@ impl FromDatum for Jsonb {
         if is_null {
             return None;
         }
+        // SAFETY: the datum is a non-null jsonb from the caller (an SPI result row); the copy is
+        // made in `memory_context`, which the caller chose to outlive the SPI call.
         memory_context.switch_to(|_| unsafe {
             let copy = pg_sys::pg_detoast_datum_copy(datum.cast_mut_ptr());
             Some(Jsonb(pg_sys::Datum::from(copy)))
@@ -73,9 +76,11 @@ impl IntoDatum for Jsonb {
     }
 }
 
+// SAFETY: unboxing reads one jsonb argument from the call frame, as the SQL signature declares.
 unsafe impl<'fcx> ArgAbi<'fcx> for Jsonb {
     unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
         let index = arg.index();
+        // SAFETY: the argument is declared jsonb in the function's SQL signature.
         unsafe { arg.unbox_arg_using_from_datum() }.unwrap_or_else(|| {
             errors::internal(
                 "unboxing a jsonb argument",
@@ -86,8 +91,11 @@ unsafe impl<'fcx> ArgAbi<'fcx> for Jsonb {
     }
 }
 
+// SAFETY: a Jsonb is a valid jsonb datum, returned as is.
 unsafe impl BoxRet for Jsonb {
     unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {
+        // SAFETY: a jsonb datum for a function declared to return jsonb, allocated in the
+        // caller's memory context (arguments, or copies made with from_datum_in_memory_context).
         unsafe { fcinfo.return_raw_datum(self.0) }
     }
 }
@@ -98,8 +106,10 @@ pgrx::impl_sql_translatable!(Jsonb, "jsonb");
 /// parameters (RETURNS record).
 pub struct Record(pg_sys::Datum);
 
+// SAFETY: a Record is a composite datum formed against the function's own result descriptor.
 unsafe impl BoxRet for Record {
     unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {
+        // SAFETY: a composite datum formed by `record` against this function's own descriptor.
         unsafe { fcinfo.return_raw_datum(self.0) }
     }
 }
@@ -110,39 +120,69 @@ pgrx::impl_sql_translatable!(Record, "record");
 pub type Column = Option<pg_sys::Datum>;
 
 thread_local! {
-    /// Blessed result descriptors by function OID, for the life of the backend: fn_extra only
-    /// lives as long as one execution of the calling statement, and building the descriptor
-    /// from the catalogs on every call costs more than the rest of a replay.
+    /// Blessed result descriptors by function OID: fn_extra only lives as long as one execution
+    /// of the calling statement, and building the descriptor from the catalogs on every call
+    /// costs more than the rest of a replay. Emptied whenever a pg_proc entry changes (see
+    /// `forget_descriptors`), so a function whose OUT columns change (an ALTER EXTENSION UPDATE
+    /// that drops and recreates it, possibly under a reused OID) is never served a stale one by
+    /// a pooled backend.
     static RESULT_DESCRIPTORS: std::cell::RefCell<std::collections::HashMap<pg_sys::Oid, usize>> =
         std::cell::RefCell::new(std::collections::HashMap::new());
+    static PROC_CALLBACK_REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn forget_descriptors(_arg: pg_sys::Datum, _cache: i32, _hash: u32) {
+    // Only the map is cleared. The descriptors stay allocated (a few hundred bytes each, in
+    // TopMemoryContext): a record datum formed with one may still be in flight in this backend.
+    RESULT_DESCRIPTORS.with(|m| m.borrow_mut().clear());
 }
 
 fn result_descriptor(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::TupleDesc {
-    unsafe {
-        let fn_oid = (*(*fcinfo).flinfo).fn_oid;
-        if let Some(cached) = RESULT_DESCRIPTORS.with(|m| m.borrow().get(&fn_oid).copied()) {
-            return cached as pg_sys::TupleDesc;
-        }
-        let mut declared: pg_sys::TupleDesc = std::ptr::null_mut();
-        let kind = pg_sys::get_call_result_type(fcinfo, std::ptr::null_mut(), &mut declared);
-        if kind != pg_sys::TypeFuncClass::TYPEFUNC_COMPOSITE || declared.is_null() {
-            errors::internal(
-                "building a result row",
-                "the function is not declared with OUT parameters",
+    if !PROC_CALLBACK_REGISTERED.with(std::cell::Cell::get) {
+        // SAFETY: registered once per backend (the flag); the callback only clears Rust state.
+        unsafe {
+            pg_sys::CacheRegisterSyscacheCallback(
+                pg_sys::SysCacheIdentifier::PROCOID as i32,
+                Some(forget_descriptors),
+                pg_sys::Datum::from(0),
             )
-            .raise();
-        }
+        };
+        PROC_CALLBACK_REGISTERED.with(|r| r.set(true));
+    }
+    // SAFETY: fcinfo is the live call frame of the SQL function being executed, so flinfo is set.
+    let fn_oid = unsafe { (*(*fcinfo).flinfo).fn_oid };
+    if let Some(cached) = RESULT_DESCRIPTORS.with(|m| m.borrow().get(&fn_oid).copied()) {
+        return cached as pg_sys::TupleDesc;
+    }
+    let mut declared: pg_sys::TupleDesc = std::ptr::null_mut();
+    // SAFETY: get_call_result_type reads the call frame and the catalogs; `declared` is an out
+    // parameter it fills for composite results.
+    let kind = unsafe { pg_sys::get_call_result_type(fcinfo, std::ptr::null_mut(), &mut declared) };
+    if kind != pg_sys::TypeFuncClass::TYPEFUNC_COMPOSITE || declared.is_null() {
+        errors::internal(
+            "building a result row",
+            "the function is not declared with OUT parameters",
+        )
+        .raise();
+    }
+    // SAFETY: the copy is made in TopMemoryContext, so it lives as long as the cache entry;
+    // BlessTupleDesc registers its record type for this backend. `declared` is non-null.
+    let blessed = unsafe {
         let old = pg_sys::MemoryContextSwitchTo(pg_sys::TopMemoryContext);
         let blessed = pg_sys::BlessTupleDesc(pg_sys::CreateTupleDescCopy(declared));
         pg_sys::MemoryContextSwitchTo(old);
-        RESULT_DESCRIPTORS.with(|m| m.borrow_mut().insert(fn_oid, blessed as usize));
         blessed
-    }
+    };
+    RESULT_DESCRIPTORS.with(|m| m.borrow_mut().insert(fn_oid, blessed as usize));
+    blessed
 }
 
 /// Forms the one-row result of the function being called from its declared OUT parameters.
 pub fn record(fcinfo: pg_sys::FunctionCallInfo, columns: &[Column]) -> Record {
     let tupdesc = result_descriptor(fcinfo);
+    // SAFETY: tupdesc is a valid blessed descriptor (above); heap_form_tuple reads exactly natts
+    // values and nulls, which the check guarantees the two arrays have.
     unsafe {
         if (*tupdesc).natts as usize != columns.len() {
             errors::internal(

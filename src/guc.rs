@@ -93,6 +93,7 @@ pub fn init() {
     );
     // a postmaster setting can only be defined while preloading, which is also the only time
     // there is a purge worker for it to configure
+    // SAFETY: a flag the postmaster sets while it loads shared_preload_libraries.
     if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
         GucRegistry::define_string_guc(
             c"pg_idem.database",
@@ -139,11 +140,13 @@ pub fn init() {
 
 #[cfg(any(feature = "pg13", feature = "pg14"))]
 fn reserve_prefix() {
+    // SAFETY: a NUL-terminated static prefix, called from _PG_init.
     unsafe { pgrx::pg_sys::EmitWarningsOnPlaceholders(c"pg_idem".as_ptr()) }
 }
 
 #[cfg(not(any(feature = "pg13", feature = "pg14")))]
 fn reserve_prefix() {
+    // SAFETY: a NUL-terminated static prefix, called from _PG_init.
     unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"pg_idem".as_ptr()) }
 }
 

@@ -41,6 +41,7 @@ extension_sql_file!("../sql/tenants.sql", name = "tenants", requires = ["stats"]
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     guc::init();
+    // SAFETY: a flag the postmaster sets while it loads shared_preload_libraries.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         stats::init_shared_memory();
         worker::register();

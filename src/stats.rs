@@ -40,8 +40,10 @@ pub struct Counters {
     reset_at: AtomicI64,
 }
 
+// SAFETY: plain integers and timestamps, no pointers: valid in any process at any address.
 unsafe impl PGRXSharedMemory for Counters {}
 
+// SAFETY: a unique shared-memory name, initialised once with pg_shmem_init! in _PG_init.
 static COUNTERS: PgAtomic<Counters> = unsafe { PgAtomic::new(c"pg_idem counters") };
 
 /// Set in the postmaster when the library is preloaded; forked backends inherit it.
@@ -76,8 +78,10 @@ impl Default for TenantTable {
     }
 }
 
+// SAFETY: fixed-size arrays of bytes and integers, no pointers.
 unsafe impl PGRXSharedMemory for TenantTable {}
 
+// SAFETY: a unique shared-memory name, initialised once with pg_shmem_init! in _PG_init.
 static TENANTS: PgLwLock<TenantTable> = unsafe { PgLwLock::new(c"pg_idem tenant counters") };
 
 /// Requests the shared memory. Only valid from `_PG_init` during shared_preload_libraries.
@@ -285,6 +289,7 @@ fn idem_counters() -> TableIterator<
         crate::api::timestamptz(if s.reset_at != 0 {
             s.reset_at
         } else {
+            // SAFETY: set by the postmaster at start, inherited read-only by every backend.
             unsafe { pg_sys::PgStartTime }
         })
     });

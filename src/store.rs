@@ -31,6 +31,7 @@ pub type Micros = i64;
 
 /// The server clock, read once per call so that all comparisons in one call agree.
 pub fn clock() -> Micros {
+    // SAFETY: reads the system clock; no preconditions.
     unsafe { pg_sys::GetCurrentTimestamp() }
 }
 
@@ -274,12 +275,14 @@ fn get_i8(table: &SpiTupleTable<'_>, ordinal: usize) -> Option<i8> {
 
 fn get_string(table: &SpiTupleTable<'_>, ordinal: usize) -> Option<String> {
     raw(table, ordinal)
+        // SAFETY: callers pass the ordinal of a text column; the datum lives as long as the row.
         .and_then(|d| unsafe { <&str as FromDatum>::from_datum(d, false) })
         .map(str::to_owned)
 }
 
 fn get_bytes(table: &SpiTupleTable<'_>, ordinal: usize) -> Option<Vec<u8>> {
     raw(table, ordinal)
+        // SAFETY: callers pass the ordinal of a bytea column; the datum lives as long as the row.
         .and_then(|d| unsafe { <&[u8] as FromDatum>::from_datum(d, false) })
         .map(<[u8]>::to_vec)
 }
@@ -291,6 +294,8 @@ fn get_jsonb(
     ordinal: usize,
     outer: pg_sys::MemoryContext,
 ) -> Option<Jsonb> {
+    // SAFETY: callers pass the ordinal of a jsonb column; it is copied into `outer` before SPI
+    // frees the row.
     raw(table, ordinal).and_then(|d| unsafe {
         <Jsonb as FromDatum>::from_datum_in_memory_context(
             PgMemoryContexts::For(outer),
@@ -303,6 +308,7 @@ fn get_jsonb(
 
 fn timestamptz_arg<'a>(micros: Micros) -> DatumWithOid<'a> {
     // TimestampTz is an int64 passed by value
+    // SAFETY: TimestampTz is an int64 passed by value, so the datum is the value itself.
     unsafe { DatumWithOid::new(micros, pg_sys::TIMESTAMPTZOID) }
 }
 
@@ -379,6 +385,8 @@ pub const KEY_LOCK_SPACE: u16 = 0x1de;
 fn key_lock_tag(tenant: &str, key: &str) -> pg_sys::LOCKTAG {
     let id = hashing::key_lock_id(tenant, key);
     pg_sys::LOCKTAG {
+        // SAFETY: MyDatabaseId is set once the backend is connected to a database, before any
+        // SQL function can run, and never changes afterwards.
         locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
         locktag_field2: (id >> 32) as u32,
         locktag_field3: id as u32,
@@ -402,6 +410,8 @@ pub enum KeyLock {
 /// Takes the key lock if nobody else holds it, without waiting.
 pub fn try_lock_key(tenant: &str, key: &str) -> KeyLock {
     let tag = key_lock_tag(tenant, key);
+    // SAFETY: a valid advisory lock tag; dontWait = true never blocks, the lock is released at
+    // the end of the transaction (sessionLock = false) or by `release_if_taken`.
     match unsafe { pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as i32, false, true) } {
         pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL => KeyLock::Busy,
         pg_sys::LockAcquireResult::LOCKACQUIRE_OK => KeyLock::Taken,
@@ -415,6 +425,7 @@ pub fn try_lock_key(tenant: &str, key: &str) -> KeyLock {
 fn release_if_taken(lock: KeyLock, tenant: &str, key: &str) {
     if lock == KeyLock::Taken {
         let tag = key_lock_tag(tenant, key);
+        // SAFETY: releases a lock this call took (KeyLock::Taken), with the same tag and mode.
         unsafe {
             pg_sys::LockRelease(&tag, pg_sys::ExclusiveLock as i32, false);
         }
@@ -424,6 +435,8 @@ fn release_if_taken(lock: KeyLock, tenant: &str, key: &str) {
 /// Takes the key lock, waiting for a transaction that is claiming or finishing the key.
 pub fn lock_key(tenant: &str, key: &str) {
     let tag = key_lock_tag(tenant, key);
+    // SAFETY: a valid advisory lock tag, held until the end of the transaction; waiting is
+    // interruptible and deadlock-checked by the lock manager.
     unsafe {
         pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as i32, false, false);
     }
@@ -519,6 +532,7 @@ pub fn claim(client: &Client<'_, '_>, request: &ClaimRequest<'_>, now: Micros) -
     let purge_after = now.saturating_add(request.ttl_us);
     let expires_at = purge_after.max(lease_expires_at);
     let snapshot_per_transaction =
+        // SAFETY: reads the current transaction's isolation level, set for the whole transaction.
         unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32;
     for _ in 0..CLAIM_ROUNDS {
         let lock = try_lock_key(tenant, key);
@@ -872,6 +886,7 @@ impl Client<'_, '_> {
 /// Runs `f` with an SPI connection. Values `f` returns that point into PostgreSQL memory (jsonb)
 /// live in the caller's memory context.
 pub fn with_client<R>(f: impl FnOnce(&Client<'_, '_>) -> R) -> R {
+    // SAFETY: reads the current memory context: the SQL function's, before SPI switches it.
     let outer = unsafe { pg_sys::CurrentMemoryContext };
     Spi::connect(|spi| f(&Client { spi, outer }))
 }

@@ -42,6 +42,7 @@ fn stream_args<'a>(tenant: Option<&'a str>, stream: Option<&'a str>) -> (&'a str
 }
 
 fn timestamptz_arg<'a>(micros: Micros) -> DatumWithOid<'a> {
+    // SAFETY: TimestampTz is an int64 passed by value, so the datum is the value itself.
     unsafe { DatumWithOid::new(micros, pg_sys::TIMESTAMPTZOID) }
 }
 
