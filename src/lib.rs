@@ -13,6 +13,7 @@
 //! - `tenants`: tenants as an access boundary (pg_idem.tenant_grants)
 //! - `worker`: the purge launcher and purge workers
 //! - `errors`: SQLSTATEs, messages, details and hints
+//! - `enum_list`: enums with the list of their variants (tables indexed by variant)
 
 use pgrx::prelude::*;
 
@@ -20,6 +21,7 @@ mod api;
 mod args;
 mod canonical_json;
 mod datum;
+mod enum_list;
 mod errors;
 mod guc;
 mod hashing;

@@ -6,8 +6,11 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use pgrx::prelude::*;
+
+use crate::enum_list::enum_list;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic, PgLwLock};
 
+enum_list! {
 /// What the counters count.
 #[derive(Clone, Copy, Debug)]
 pub enum Event {
@@ -23,8 +26,9 @@ pub enum Event {
     /// An operation under a fence was refused with 55000.
     StaleFence,
 }
+}
 
-const EVENT_COUNT: usize = 8;
+const EVENT_COUNT: usize = Event::ALL.len();
 
 /// Tenants with counters of their own; the rest are counted together.
 pub const TENANT_SLOTS: usize = 1024;

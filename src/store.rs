@@ -23,6 +23,7 @@ use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiTupleTable};
 use pgrx::{FromDatum, Spi};
 
 use crate::datum::Jsonb;
+use crate::enum_list::enum_list;
 use crate::errors::{self, LeaseLost};
 use crate::hashing;
 
@@ -83,6 +84,7 @@ impl KeyRow {
     }
 }
 
+enum_list! {
 /// The statements of the store. All names are schema-qualified and all operators are
 /// `OPERATOR(pg_catalog.x)`, so neither the caller's search_path nor look-alike objects matter.
 #[derive(Clone, Copy)]
@@ -100,8 +102,7 @@ enum Stmt {
     Forget,
     PurgeBatch,
 }
-
-const STATEMENT_COUNT: usize = 12;
+}
 
 const KEY_COLUMNS: &str = "k.state, k.request_hash, k.attempt, k.response_code, k.response_body, \
      k.lease_expires_at, k.expires_at, k.checkpoint_phase, k.checkpoint_data";
@@ -232,23 +233,8 @@ fn execute<'c>(spi: &SpiClient<'c>, sql: &str, args: &[DatumWithOid<'_>]) -> Spi
 
 thread_local! {
     /// The text of each store statement, built once per backend.
-    static STATEMENTS: [String; STATEMENT_COUNT] = std::array::from_fn(|i| ALL_STATEMENTS[i].sql());
+    static STATEMENTS: [String; Stmt::ALL.len()] = Stmt::ALL.map(Stmt::sql);
 }
-
-const ALL_STATEMENTS: [Stmt; STATEMENT_COUNT] = [
-    Stmt::Lookup,
-    Stmt::LookupForUpdate,
-    Stmt::Insert,
-    Stmt::InsertOnConflict,
-    Stmt::Reclaim,
-    Stmt::Finish,
-    Stmt::Heartbeat,
-    Stmt::Release,
-    Stmt::Checkpoint,
-    Stmt::AssertFence,
-    Stmt::Forget,
-    Stmt::PurgeBatch,
-];
 
 fn run<'c>(spi: &SpiClient<'c>, stmt: Stmt, args: &[DatumWithOid<'_>]) -> SpiTupleTable<'c> {
     STATEMENTS.with(|texts| execute(spi, &texts[stmt as usize], args))
