@@ -1,0 +1,293 @@
+//! Upgrades: a server with keys in every state under the released 0.1.0 is updated with
+//! `ALTER EXTENSION pg_idem UPDATE`; every key answers as before, fences keep growing, and the
+//! upgraded schema is the same as a fresh install of the new version.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Command;
+use std::thread;
+use std::time::Duration;
+
+use pg_idem_tests::*;
+
+const RELEASED: &str = "0.1.0";
+
+/// The version this build installs by default: the extension crate's, in its Cargo.toml.
+fn current_version() -> String {
+    let manifest =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
+            .expect("read Cargo.toml");
+    manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .expect("a version line in Cargo.toml")
+        .to_string()
+}
+
+/// Puts the frozen install script of the released version next to the installed extension:
+/// packages ship only upgrade scripts, so a test that starts from 0.1.0 installs it itself.
+fn install_released_script() {
+    let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into());
+    let out = Command::new(&pg_config)
+        .arg("--sharedir")
+        .output()
+        .expect("pg_config --sharedir");
+    let target = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        .join(format!("extension/pg_idem--{RELEASED}.sql"));
+    let source =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../sql/pg_idem--{RELEASED}.sql"));
+    let frozen = std::fs::read(&source).expect("the frozen install script of 0.1.0");
+    if std::fs::read(&target).ok().as_deref() != Some(&frozen[..]) {
+        std::fs::write(&target, &frozen)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", target.display()));
+    }
+}
+
+fn extversion(db: &mut Client) -> String {
+    db.query_one(
+        "SELECT extversion FROM pg_extension WHERE extname = 'pg_idem'",
+        &[],
+    )
+    .unwrap()
+    .get(0)
+}
+
+fn max_fence(db: &mut Client) -> i64 {
+    db.query_one("SELECT max(fence) FROM idem.keys", &[])
+        .unwrap()
+        .get(0)
+}
+
+/// A catalog description of every object of the extension, one line each, without OIDs.
+const DESCRIBE: &str = r#"
+WITH ext AS (SELECT e.oid, e.extconfig, e.extcondition FROM pg_extension e WHERE e.extname = 'pg_idem'),
+members AS (
+    SELECT d.classid, d.objid FROM pg_depend d, ext
+     WHERE d.refclassid = 'pg_extension'::regclass AND d.refobjid = ext.oid AND d.deptype = 'e'),
+rels AS (
+    SELECT c.* FROM members m JOIN pg_class c ON m.classid = 'pg_class'::regclass AND c.oid = m.objid)
+SELECT line FROM (
+    SELECT 'function ' || p.oid::regprocedure::text
+        || ' returns ' || pg_get_function_result(p.oid)
+        || ' args ' || pg_get_function_arguments(p.oid)
+        || ' language ' || l.lanname || ' volatility ' || p.provolatile::text
+        || ' parallel ' || p.proparallel::text || ' strict ' || p.proisstrict
+        || ' secdef ' || p.prosecdef || ' leakproof ' || p.proleakproof
+        || ' rows ' || p.prorows || ' cost ' || p.procost
+        || ' config ' || coalesce(p.proconfig::text, '-')
+        || ' acl ' || coalesce(p.proacl::text, '-')
+        || ' comment ' || coalesce(obj_description(p.oid, 'pg_proc'), '-')
+        || ' body ' || CASE WHEN l.lanname = 'c' THEN p.prosrc || ' in ' || coalesce(p.probin, '-')
+                            ELSE coalesce(pg_get_function_sqlbody(p.oid), p.prosrc) END AS line
+      FROM members m JOIN pg_proc p ON m.classid = 'pg_proc'::regclass AND p.oid = m.objid
+      JOIN pg_language l ON l.oid = p.prolang
+    UNION ALL
+    SELECT 'schema ' || n.nspname || ' acl ' || coalesce(n.nspacl::text, '-')
+        || ' comment ' || coalesce(obj_description(n.oid, 'pg_namespace'), '-')
+      FROM members m JOIN pg_namespace n ON m.classid = 'pg_namespace'::regclass AND n.oid = m.objid
+    UNION ALL
+    SELECT 'relation ' || r.oid::regclass::text || ' kind ' || r.relkind::text
+        || ' options ' || coalesce(r.reloptions::text, '-')
+        || ' acl ' || coalesce(r.relacl::text, '-')
+        || ' comment ' || coalesce(obj_description(r.oid, 'pg_class'), '-')
+        || CASE WHEN r.relkind = 'v' THEN ' view ' || pg_get_viewdef(r.oid) ELSE '' END
+      FROM rels r
+    UNION ALL
+    SELECT 'column ' || r.oid::regclass::text || ' #' || a.attnum || ' ' || a.attname
+        || ' ' || format_type(a.atttypid, a.atttypmod)
+        || ' collate ' || coalesce((SELECT co.collname FROM pg_collation co WHERE co.oid = a.attcollation), '-')
+        || ' notnull ' || a.attnotnull
+        || ' default ' || coalesce(pg_get_expr(ad.adbin, ad.adrelid), '-')
+        || ' comment ' || coalesce(col_description(r.oid, a.attnum), '-')
+      FROM rels r JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
+      LEFT JOIN pg_attrdef ad ON ad.adrelid = r.oid AND ad.adnum = a.attnum
+    UNION ALL
+    SELECT 'index ' || pg_get_indexdef(i.indexrelid)
+        || ' options ' || coalesce((SELECT c.reloptions::text FROM pg_class c WHERE c.oid = i.indexrelid), '-')
+      FROM rels r JOIN pg_index i ON i.indrelid = r.oid
+    UNION ALL
+    SELECT 'constraint ' || r.oid::regclass::text || ' ' || co.conname || ' ' || pg_get_constraintdef(co.oid)
+      FROM rels r JOIN pg_constraint co ON co.conrelid = r.oid
+    UNION ALL
+    SELECT 'sequence ' || s.seqrelid::regclass::text || ' ' || format_type(s.seqtypid, NULL)
+        || ' start ' || s.seqstart || ' increment ' || s.seqincrement || ' max ' || s.seqmax
+        || ' min ' || s.seqmin || ' cache ' || s.seqcache || ' cycle ' || s.seqcycle
+      FROM rels r JOIN pg_sequence s ON s.seqrelid = r.oid
+    UNION ALL
+    SELECT 'config ' || c::regclass::text || ' where ' || coalesce(w, '-')
+      FROM ext, unnest(ext.extconfig, ext.extcondition) AS u(c, w)
+) AS described
+ORDER BY line"#;
+
+fn describe(db: &mut Client) -> BTreeSet<String> {
+    db.query(DESCRIBE, &[])
+        .expect("describe the extension")
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect()
+}
+
+/// Keys in every state under 0.1.0, their answers before and after the update, the upgraded
+/// schema against a fresh install.
+#[test]
+fn update_from_the_released_version_keeps_every_key() {
+    install_released_script();
+    let server = Server::start_bare(&["shared_preload_libraries = 'pg_idem'"]);
+    let mut db = server.client();
+    db.batch_execute(&format!("CREATE EXTENSION pg_idem VERSION '{RELEASED}'"))
+        .unwrap();
+    assert_eq!(extversion(&mut db), RELEASED);
+
+    // completed, failed, claimed in lease mode (live), stalled with a checkpoint, batch, streams
+    let done = claim(&mut db, "acme", "done", "h");
+    complete(
+        &mut db,
+        "acme",
+        "done",
+        done.fence.unwrap(),
+        201,
+        r#"{"payment_id": 7}"#,
+    );
+    let failed = claim(&mut db, "acme", "failed", "h");
+    db.execute(
+        "SELECT idem_fail_final('acme', 'failed', $1, 402, '{\"error\": \"declined\"}')",
+        &[&failed.fence.unwrap()],
+    )
+    .unwrap();
+    let live = claim_with(&mut db, "globex", "live", "h", "10 minutes", None);
+    let stalled = claim_with(&mut db, "globex", "stalled", "h", "300 ms", None);
+    db.execute(
+        "SELECT idem_checkpoint('globex', 'stalled', $1, 'charged', '{\"charge\": \"ch_1\"}')",
+        &[&stalled.fence.unwrap()],
+    )
+    .unwrap();
+    let batch: Vec<String> = db
+        .query(
+            "SELECT outcome FROM idem_claim_many('initech', ARRAY['b1', 'b2'], ARRAY['h', 'h'])",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(batch, ["claimed", "claimed"]);
+    let released = claim(&mut db, "acme", "released", "h");
+    db.execute(
+        "SELECT idem_release('acme', 'released', $1)",
+        &[&released.fence.unwrap()],
+    )
+    .unwrap();
+    let forgotten = claim(&mut db, "acme", "forgotten", "h");
+    complete(
+        &mut db,
+        "acme",
+        "forgotten",
+        forgotten.fence.unwrap(),
+        200,
+        "{}",
+    );
+    db.execute("SELECT idem_forget('acme', 'forgotten')", &[])
+        .unwrap();
+    db.execute("SELECT idem_claim_seq('acme', 'orders', 41)", &[])
+        .unwrap();
+    thread::sleep(Duration::from_millis(400)); // the stalled key's lease passes
+
+    let fence_before = max_fence(&mut db);
+    let replay_done = claim(&mut db, "acme", "done", "h");
+    let replay_failed = claim(&mut db, "acme", "failed", "h");
+    assert_eq!(replay_done.outcome, "completed");
+    assert_eq!(replay_failed.outcome, "failed");
+    let watermark: Option<i64> = db
+        .query_one("SELECT idem_watermark('acme', 'orders')", &[])
+        .unwrap()
+        .get(0);
+
+    db.batch_execute("ALTER EXTENSION pg_idem UPDATE").unwrap();
+    assert_eq!(extversion(&mut db), current_version());
+
+    // the same connection (a pooled backend) and a new one answer as before
+    for db in [&mut db, &mut server.client()] {
+        assert_eq!(claim(db, "acme", "done", "h"), replay_done);
+        assert_eq!(claim(db, "acme", "failed", "h"), replay_failed);
+        assert_eq!(claim(db, "acme", "done", "other").outcome, "mismatch");
+        assert_eq!(claim(db, "globex", "live", "h").outcome, "in_progress");
+        assert_eq!(claim(db, "initech", "b1", "h").outcome, "in_progress");
+        let w: Option<i64> = db
+            .query_one("SELECT idem_watermark('acme', 'orders')", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(w, watermark);
+    }
+    let mut db = server.client();
+    // the stalled key is taken over, with its checkpoint, under a fence above every old one
+    let takeover = claim(&mut db, "globex", "stalled", "h");
+    assert_eq!(takeover.outcome, "claimed");
+    assert_eq!(takeover.attempt, Some(2));
+    assert_eq!(takeover.checkpoint_phase.as_deref(), Some("charged"));
+    assert!(takeover.fence.unwrap() > fence_before);
+    // released and forgotten keys are claimed afresh, above every old fence too
+    for key in ["released", "forgotten"] {
+        let again = claim(&mut db, "acme", key, "h");
+        assert_eq!(
+            (again.outcome.as_str(), again.attempt),
+            ("claimed", Some(1))
+        );
+        assert!(again.fence.unwrap() > takeover.fence.unwrap());
+    }
+    // fences handed out before the update still hold their keys, and stale ones are refused
+    complete(&mut db, "globex", "live", live.fence.unwrap(), 200, "{}");
+    let stale = try_complete(
+        &mut db,
+        "globex",
+        "stalled",
+        stalled.fence.unwrap(),
+        200,
+        "{}",
+    )
+    .expect_err("the old attempt's fence is stale");
+    assert_eq!(sqlstate(&stale), "55000");
+    assert_eq!(
+        db.query_one(
+            "SELECT outcome FROM idem_claim_seq('acme', 'orders', 41)",
+            &[]
+        )
+        .unwrap()
+        .get::<_, String>(0),
+        "duplicate"
+    );
+    let stats = db
+        .query_one("SELECT keys_completed FROM idem_stats()", &[])
+        .unwrap();
+    assert!(stats.get::<_, i64>(0) >= 1);
+
+    // the upgraded schema is a fresh install's
+    db.batch_execute("CREATE DATABASE fresh").unwrap();
+    let mut fresh = server.client_db("fresh");
+    fresh.batch_execute("CREATE EXTENSION pg_idem").unwrap();
+    assert_eq!(extversion(&mut fresh), current_version());
+    let upgraded = describe(&mut db);
+    let installed = describe(&mut fresh);
+    let only_upgraded: Vec<_> = upgraded.difference(&installed).collect();
+    let only_fresh: Vec<_> = installed.difference(&upgraded).collect();
+    assert!(
+        only_upgraded.is_empty() && only_fresh.is_empty(),
+        "the upgraded schema differs from a fresh install of {}:\n  only after the update:\n    {}\n  only in a fresh install:\n    {}",
+        current_version(),
+        only_upgraded.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n    "),
+        only_fresh.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n    "),
+    );
+    assert!(upgraded.len() > 50, "the description covers the extension");
+}
+
+#[test]
+fn a_fresh_install_is_the_current_version_and_update_is_a_no_op() {
+    let server = Server::start(&[]);
+    let mut db = server.client();
+    assert_eq!(extversion(&mut db), current_version());
+    let before = describe(&mut db);
+    let notices = db.batch_execute("ALTER EXTENSION pg_idem UPDATE");
+    assert!(notices.is_ok());
+    assert_eq!(extversion(&mut db), current_version());
+    assert_eq!(describe(&mut db), before);
+}
