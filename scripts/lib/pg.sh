@@ -7,10 +7,10 @@
 #
 # PostgreSQL refuses to run as root, so as root the server runs as the `postgres` user.
 
-PG_BINDIR="${PG_BINDIR:-$(pg_config --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)}"
+PG_BINDIR="${PG_BINDIR:-$("${PG_CONFIG:-pg_config}" --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)}"
 # Debian's pg_config lives in /usr/bin, not in the server's bin directory
 if [ ! -x "$PG_BINDIR/initdb" ]; then
-    PG_BINDIR="/usr/lib/postgresql/$(pg_config --version | sed -E 's/[^0-9]*([0-9]+).*/\1/')/bin"
+    PG_BINDIR="/usr/lib/postgresql/$("${PG_CONFIG:-pg_config}" --version | sed -E 's/[^0-9]*([0-9]+).*/\1/')/bin"
 fi
 
 # A RUST_BACKTRACE inherited by the server would append Rust backtraces to error details.

@@ -13,6 +13,11 @@ use postgres::{Client, NoTls};
 
 use crate::sqlstate;
 
+/// (tenant, key)
+type TenantKey = (String, String);
+/// (response_code, response_body as text) of a replay
+type StoredResponse = (Option<i32>, Option<String>);
+
 /// How each request is processed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -60,7 +65,7 @@ impl Default for Config {
 #[derive(Default)]
 struct Observations {
     /// (tenant, key) -> replays seen: (code, body text)
-    replays: HashMap<(String, String), Vec<(Option<i32>, Option<String>)>>,
+    replays: HashMap<TenantKey, Vec<StoredResponse>>,
     /// (tenant, key) -> (attempt, fence) of every claimed outcome
     claims: HashMap<(String, String), Vec<(i32, i64)>>,
     /// (tenant, key, fence) of completes that succeeded
@@ -524,7 +529,7 @@ fn sweep(
 /// Checks the database against everything the workers observed.
 fn check(client: &mut Client, mode: Mode, observations: &Observations) -> Vec<String> {
     let mut violations = Vec::new();
-    let stored: BTreeMap<(String, String), (String, i64, Option<i32>, Option<String>)> = client
+    let stored: BTreeMap<TenantKey, (String, i64, Option<i32>, Option<String>)> = client
         .query("SELECT tenant, key, state::text, fence, response_code, response_body::text FROM idem.keys", &[])
         .expect("read keys")
         .iter()
