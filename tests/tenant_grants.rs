@@ -1,0 +1,158 @@
+//! Tenants as an access boundary: with pg_idem.tenant_grants on, a role acts only on the
+//! tenants granted to it or to a role whose privileges it has.
+
+use pg_idem_tests::*;
+
+/// Every function that takes a tenant, called on tenant `$T` (and key 'k', fence 1).
+const TENANT_CALLS: &[&str] = &[
+    "SELECT * FROM idem_claim('$T', 'k', 'h')",
+    "SELECT * FROM idem_claim_many('$T', ARRAY['k'], ARRAY['h'])",
+    "SELECT idem_complete('$T', 'k', 1, 200)",
+    "SELECT idem_fail_final('$T', 'k', 1, 500)",
+    "SELECT idem_release('$T', 'k', 1)",
+    "SELECT idem_heartbeat('$T', 'k', 1)",
+    "SELECT idem_forget('$T', 'k')",
+    "SELECT idem_checkpoint('$T', 'k', 1, 'p')",
+    "SELECT idem_assert_fence('$T', 'k', 1)",
+    "SELECT * FROM idem_claim_seq('$T', 's', 1)",
+    "SELECT idem_watermark('$T', 's')",
+    "SELECT idem_reset_watermark('$T', 's', 0)",
+];
+
+fn setup(server: &Server) {
+    server
+        .client()
+        .batch_execute(
+            "CREATE ROLE payments LOGIN; CREATE ROLE orders LOGIN; \
+             CREATE ROLE team NOLOGIN; CREATE ROLE member LOGIN IN ROLE team; \
+             CREATE ROLE switcher LOGIN NOINHERIT IN ROLE team; \
+             SELECT idem_grant_tenant('payments', 'pay'), idem_grant_tenant('orders', 'ord'), \
+                    idem_grant_tenant('team', 'shared'); \
+             ALTER DATABASE postgres SET pg_idem.tenant_grants = on",
+        )
+        .unwrap();
+}
+
+fn denied(db: &mut Client, sql: &str) -> Option<postgres::error::DbError> {
+    match db.query(sql, &[]) {
+        Ok(_) => None,
+        Err(e) => e
+            .as_db_error()
+            .filter(|d| d.code().code() == "42501")
+            .cloned(),
+    }
+}
+
+#[test]
+fn a_role_acts_only_on_its_tenants() {
+    let server = Server::start(&[]);
+    setup(&server);
+    let mut payments = server.client_as("payments");
+    for call in TENANT_CALLS {
+        let e = denied(&mut payments, &call.replace("$T", "ord")).unwrap_or_else(|| {
+            panic!("{call} on another role's tenant was not refused with 42501")
+        });
+        assert_eq!(e.message(), "permission denied for tenant \"ord\"");
+        assert!(e.detail().is_some_and(|d| d.contains("\"payments\"")));
+        assert!(e.hint().is_some_and(|h| h.contains("idem_grant_tenant")));
+        // its own tenant passes the check (whatever the call itself then answers)
+        assert!(
+            denied(&mut payments, &call.replace("$T", "pay")).is_none(),
+            "{call} on its own tenant"
+        );
+    }
+    // a completed key of one tenant cannot be forgotten by another tenant's role
+    let mut orders = server.client_as("orders");
+    let c = claim(&mut orders, "ord", "order-1", "h");
+    complete(&mut orders, "ord", "order-1", c.fence.unwrap(), 201, "{}");
+    assert!(denied(&mut payments, "SELECT idem_forget('ord', 'order-1')").is_some());
+    assert_eq!(
+        claim(&mut orders, "ord", "order-1", "h").outcome,
+        "completed"
+    );
+}
+
+#[test]
+fn grants_follow_role_membership_and_revokes_count_at_once() {
+    let server = Server::start(&[]);
+    setup(&server);
+    let mut member = server.client_as("member");
+    assert_eq!(
+        claim(&mut member, "shared", "k1", "h").outcome,
+        "claimed",
+        "through its group"
+    );
+    // NOINHERIT: the group's grant counts only after SET ROLE
+    let mut switcher = server.client_as("switcher");
+    assert!(denied(
+        &mut switcher,
+        "SELECT * FROM idem_claim('shared', 'k2', 'h')"
+    )
+    .is_some());
+    switcher.batch_execute("SET ROLE team").unwrap();
+    assert_eq!(claim(&mut switcher, "shared", "k2", "h").outcome, "claimed");
+    // a revoke or a lost membership counts from the next statement of a running session
+    let mut admin = server.client();
+    let revoked: bool = admin
+        .query_one("SELECT idem_revoke_tenant('team', 'shared')", &[])
+        .unwrap()
+        .get(0);
+    assert!(revoked);
+    assert!(denied(&mut member, "SELECT * FROM idem_claim('shared', 'k3', 'h')").is_some());
+    admin
+        .execute("SELECT idem_grant_tenant('team', 'shared')", &[])
+        .unwrap();
+    assert_eq!(claim(&mut member, "shared", "k3", "h").outcome, "claimed");
+    admin.batch_execute("REVOKE team FROM member").unwrap();
+    assert!(denied(&mut member, "SELECT * FROM idem_claim('shared', 'k4', 'h')").is_some());
+    // listing and idempotent grant/revoke
+    let again: bool = admin
+        .query_one("SELECT idem_grant_tenant('team', 'shared')", &[])
+        .unwrap()
+        .get(0);
+    assert!(!again, "a grant that exists is not new");
+    let listed: Vec<(String, String)> = admin
+        .query("SELECT role::text, tenant FROM idem_tenant_grants()", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("orders".into(), "ord".into()),
+            ("payments".into(), "pay".into()),
+            ("team".into(), "shared".into())
+        ]
+    );
+}
+
+#[test]
+fn only_superusers_change_the_setting_or_the_grants() {
+    let server = Server::start(&[]);
+    setup(&server);
+    let mut payments = server.client_as("payments");
+    let e = payments
+        .batch_execute("SET pg_idem.tenant_grants = off")
+        .expect_err("a plain role switches the boundary off");
+    assert_eq!(sqlstate(&e), "42501");
+    for call in [
+        "SELECT idem_grant_tenant('payments', 'ord')",
+        "SELECT idem_revoke_tenant('orders', 'ord')",
+        "SELECT * FROM idem_tenant_grants()",
+    ] {
+        let e = payments.query(call, &[]).expect_err(call);
+        assert_eq!(sqlstate(&e), "42501", "{call}");
+    }
+    // superusers act on every tenant; with the setting off, everyone does
+    assert_eq!(
+        claim(&mut server.client(), "ord", "s1", "h").outcome,
+        "claimed"
+    );
+    server
+        .client()
+        .batch_execute("ALTER DATABASE postgres RESET pg_idem.tenant_grants")
+        .unwrap();
+    let mut fresh = server.client_as("payments");
+    assert_eq!(claim(&mut fresh, "ord", "s2", "h").outcome, "claimed");
+}
