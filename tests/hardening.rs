@@ -485,7 +485,7 @@ fn huge_inputs_stay_within_postgresql_memory() {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let limit = (vm_kb + 150 * 1024) * 1024;
+    let limit = (vm_kb + 250 * 1024) * 1024;
     // as the server's OS user: lowering another process's limits needs the same user (or
     // CAP_SYS_RESOURCE, which root may not have in a container)
     let mut prlimit = if running_as_root() {
