@@ -4,7 +4,8 @@
 //! no database (it can read the shared catalog pg_database). For each database listed in
 //! `pg_idem.database` it starts a *purge worker* once that database exists, and starts it again
 //! a few seconds after it exits for any reason (pg_terminate_backend, an error, a dropped
-//! database). A missing database is logged once, not in a crash loop.
+//! database). A missing database, or one that refuses connections, is logged once, not in a
+//! crash loop. A purge worker leaves its database as soon as a DROP DATABASE waits for it.
 //!
 //! A purge worker connects to its database and, every `pg_idem.purge_interval`, runs a pass:
 //! batches of at most `pg_idem.purge_batch_size` keys, each its own short transaction, through
@@ -45,6 +46,8 @@ pub enum WorkerState {
     Idle = 3,
     Purging = 4,
     Paused = 5,
+    /// The database exists but does not accept connections (datallowconn is false).
+    WaitingForConnections = 6,
 }
 
 impl WorkerState {
@@ -56,6 +59,7 @@ impl WorkerState {
             WorkerState::Idle => "idle",
             WorkerState::Purging => "purging",
             WorkerState::Paused => "paused",
+            WorkerState::WaitingForConnections => "waiting for database to accept connections",
         }
     }
 
@@ -66,6 +70,7 @@ impl WorkerState {
             3 => WorkerState::Idle,
             4 => WorkerState::Purging,
             5 => WorkerState::Paused,
+            6 => WorkerState::WaitingForConnections,
             _ => WorkerState::NotStarted,
         }
     }
@@ -195,7 +200,8 @@ fn report_activity(state: pg_sys::BackendState::Type, what: &str) {
 struct Launched {
     handle: Option<DynamicBackgroundWorker>,
     last_start: Option<Instant>,
-    reported_missing: bool,
+    /// What was last logged about the database not being there to connect to (logged once).
+    reported: Option<DatabaseStatus>,
 }
 
 #[pg_guard]
@@ -221,7 +227,7 @@ pub extern "C-unwind" fn pg_idem_launcher_main(_arg: pg_sys::Datum) {
         .map(|_| Launched {
             handle: None,
             last_start: None,
-            reported_missing: false,
+            reported: None,
         })
         .collect();
 
@@ -258,17 +264,27 @@ fn tend(index: usize, name: &str, launched: &mut Launched) {
     {
         return;
     }
-    if !database_exists(name) {
-        update_slot(index, |slot| {
-            slot.state = WorkerState::WaitingForDatabase as u8
-        });
-        if !launched.reported_missing {
-            log!("pg_idem launcher: database \"{name}\" does not exist; its purge worker starts once it is created");
-            launched.reported_missing = true;
+    let status = database_status(name);
+    if status != DatabaseStatus::Accepting {
+        let (state, why) = match status {
+            DatabaseStatus::Missing => (
+                WorkerState::WaitingForDatabase,
+                "does not exist; its purge worker starts once it is created",
+            ),
+            _ => (
+                WorkerState::WaitingForConnections,
+                "does not accept connections (ALLOW_CONNECTIONS false, or a template such as template0); \
+                 its purge worker starts once it does",
+            ),
+        };
+        update_slot(index, |slot| slot.state = state as u8);
+        if launched.reported != Some(status) {
+            log!("pg_idem launcher: database \"{name}\" {why}");
+            launched.reported = Some(status);
         }
         return;
     }
-    launched.reported_missing = false;
+    launched.reported = None;
     launched.last_start = Some(Instant::now());
     let started = BackgroundWorkerBuilder::new(&format!("pg_idem purge {name}"))
         .set_type("pg_idem purge")
@@ -286,14 +302,23 @@ fn tend(index: usize, name: &str, launched: &mut Launched) {
     }
 }
 
-/// Whether `name` is in pg_database. A backend connected to no database has no catalog indexes
+/// What pg_database says of a database a purge worker would connect to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DatabaseStatus {
+    Missing,
+    /// datallowconn is false: connecting would only FATAL, over and over.
+    RefusingConnections,
+    Accepting,
+}
+
+/// Whether `name` is in pg_database, and accepts connections. A backend connected to no database has no catalog indexes
 /// at hand, so this scans the (small) shared catalog as the autovacuum launcher does.
-fn database_exists(name: &str) -> bool {
+fn database_status(name: &str) -> DatabaseStatus {
     BackgroundWorker::transaction(|| unsafe {
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         let relation = pg_sys::table_open(pg_sys::DatabaseRelationId, lock);
         let scan = pg_sys::table_beginscan_catalog(relation, 0, std::ptr::null_mut());
-        let mut found = false;
+        let mut found = DatabaseStatus::Missing;
         loop {
             let tuple = pg_sys::heap_getnext(scan, pg_sys::ScanDirection::ForwardScanDirection);
             if tuple.is_null() {
@@ -304,7 +329,11 @@ fn database_exists(name: &str) -> bool {
                 as *const pg_sys::FormData_pg_database;
             if std::ffi::CStr::from_ptr((*form).datname.data.as_ptr()).to_bytes() == name.as_bytes()
             {
-                found = true;
+                found = if (*form).datallowconn {
+                    DatabaseStatus::Accepting
+                } else {
+                    DatabaseStatus::RefusingConnections
+                };
                 break;
             }
         }
@@ -368,7 +397,7 @@ pub extern "C-unwind" fn pg_idem_purge_main(arg: pg_sys::Datum) {
                 pg_sys::BackendState::STATE_IDLE,
                 "paused (pg_idem.purge_interval = 0)",
             );
-            if !BackgroundWorker::wait_latch(None) {
+            if !idle(&database, None) {
                 break;
             }
             continue;
@@ -396,13 +425,80 @@ pub extern "C-unwind" fn pg_idem_purge_main(arg: pg_sys::Datum) {
                 reported_missing_extension = true;
             }
         }
-        if !BackgroundWorker::wait_latch(Some(wait)) {
+        if !idle(&database, Some(wait)) {
             break;
         }
     }
     // exit non-zero on SIGTERM, as pg_cron does; the launcher starts a new worker unless the
     // server is shutting down
     unsafe { pg_sys::proc_exit(1) };
+}
+
+/// How often an idle purge worker checks that nobody waits to drop its database.
+const DROP_POLL: Duration = Duration::from_secs(1);
+
+/// Waits `wait` (forever when None), in steps of DROP_POLL, leaving the database as soon as a
+/// DROP DATABASE waits for it; false on SIGTERM or postmaster death.
+fn idle(database: &str, wait: Option<Duration>) -> bool {
+    let until = wait.map(|w| Instant::now() + w);
+    loop {
+        leave_if_database_is_wanted(database);
+        let step = match until {
+            Some(t) => t.saturating_duration_since(Instant::now()).min(DROP_POLL),
+            None => DROP_POLL,
+        };
+        if !BackgroundWorker::wait_latch(Some(step)) {
+            return false;
+        }
+        // a SIGHUP or a new interval ends the wait early, as a plain wait_latch would
+        if BackgroundWorker::sighup_received() {
+            // SAFETY: outside a transaction, as ProcessConfigFile requires.
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+            return true;
+        }
+        if until.is_some_and(|t| Instant::now() >= t) {
+            return true;
+        }
+    }
+}
+
+/// DROP DATABASE (and ALTER DATABASE ... RENAME / SET TABLESPACE) holds an exclusive lock on the
+/// database while it waits up to 5 s for the other sessions to leave; it signals autovacuum
+/// workers, but not background workers. So the purge worker looks for that lock itself (a
+/// conditional share lock on the database object fails while it is held) and leaves at once,
+/// so the DROP succeeds without FORCE. The launcher starts the worker again 2 s later; by then
+/// the database is gone (logged once as missing) or, if the DROP failed, it is back to work.
+fn leave_if_database_is_wanted(database: &str) {
+    let wanted = BackgroundWorker::transaction(|| {
+        // SAFETY: a lock tag for the current database as a shared object (as LockSharedObject
+        // builds it); dontWait = true never blocks, and a lock taken is released at once.
+        unsafe {
+            let tag = pg_sys::LOCKTAG {
+                locktag_field1: pg_sys::InvalidOid.to_u32(),
+                locktag_field2: pg_sys::DatabaseRelationId.to_u32(),
+                locktag_field3: pg_sys::MyDatabaseId.to_u32(),
+                locktag_field4: 0,
+                locktag_type: pg_sys::LockTagType::LOCKTAG_OBJECT as u8,
+                locktag_lockmethodid: pg_sys::DEFAULT_LOCKMETHOD as u8,
+            };
+            let mode = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+            match pg_sys::LockAcquire(&tag, mode, false, true) {
+                pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL => true,
+                _ => {
+                    pg_sys::LockRelease(&tag, mode, false);
+                    false
+                }
+            }
+        }
+    });
+    if wanted {
+        log!(
+            "pg_idem purge worker: leaving database \"{database}\": DROP DATABASE or ALTER DATABASE is waiting for it"
+        );
+        // SAFETY: ends this worker process; exit code 0 unregisters it, and the launcher starts
+        // a new one when the database accepts connections again.
+        unsafe { pg_sys::proc_exit(0) };
+    }
 }
 
 fn extension_installed() -> bool {
@@ -437,6 +533,7 @@ fn purge_pass(index: usize, database: &str) -> bool {
             keep_running = false;
             break;
         }
+        leave_if_database_is_wanted(database);
         reload_config_if_asked();
     }
     let elapsed_ms = started.elapsed().as_millis() as i64;

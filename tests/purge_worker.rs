@@ -536,3 +536,115 @@ fn purge_batch_delay_spreads_a_pass_out_and_shutdown_stays_prompt() {
     drop(db);
     assert_prompt_shutdown(&server);
 }
+
+#[test]
+fn a_database_refusing_connections_is_logged_once_and_purged_once_it_accepts_them() {
+    let server = Server::start_bare(&[
+        "shared_preload_libraries = 'pg_idem'",
+        "pg_idem.database = 'postgres, closed, template0'",
+        "pg_idem.purge_interval = '200ms'",
+    ]);
+    let mut db = server.client();
+    db.batch_execute("CREATE EXTENSION pg_idem").unwrap();
+    db.batch_execute("CREATE DATABASE closed").unwrap();
+    let mut closed = server.client_db("closed");
+    closed.batch_execute("CREATE EXTENSION pg_idem").unwrap();
+    insert_expired(&mut closed, "t", 20);
+    drop(closed);
+    // purged once, then closed: the worker must not retry connecting every few seconds
+    wait_for("the first purge of closed", Duration::from_secs(10), || {
+        count_keys(&mut server.client_db("closed"), "expired-%") == 0
+    });
+    db.batch_execute(
+        "ALTER DATABASE closed ALLOW_CONNECTIONS false; \
+         SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'closed'",
+    )
+    .unwrap();
+    thread::sleep(Duration::from_secs(6));
+    let log = server.log();
+    for name in ["closed", "template0"] {
+        assert_eq!(
+            occurrences(
+                &log,
+                &format!("database \"{name}\" does not accept connections")
+            ),
+            1,
+            "{name} logged once:\n{log}"
+        );
+        let state: String = db
+            .query_one(
+                "SELECT state FROM idem_purge_status() WHERE database = $1",
+                &[&name],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(state, "waiting for database to accept connections");
+    }
+    assert!(
+        occurrences(&log, "is not currently accepting connections") <= 1,
+        "a FATAL loop:\n{log}"
+    );
+    // open again: purged again
+    db.batch_execute("ALTER DATABASE closed ALLOW_CONNECTIONS true")
+        .unwrap();
+    let mut closed = server.client_db("closed");
+    insert_expired(&mut closed, "t2", 20);
+    wait_for(
+        "purging after ALLOW_CONNECTIONS true",
+        Duration::from_secs(10),
+        || count_keys(&mut closed, "expired-%") == 0,
+    );
+}
+
+/// DROP DATABASE without FORCE succeeds although a purge worker is connected to it, with pg_idem
+/// installed (idle between passes) or not (waiting for CREATE EXTENSION); a database created
+/// again under the same name is purged again.
+#[test]
+fn a_purged_database_can_be_dropped_without_force() {
+    let server = Server::start(&[
+        "pg_idem.database = 'postgres, with_ext, without_ext'",
+        "pg_idem.purge_interval = '1h'",
+    ]);
+    let mut db = server.client();
+    db.batch_execute("CREATE DATABASE with_ext").unwrap();
+    db.batch_execute("CREATE DATABASE without_ext").unwrap();
+    let mut with_ext = server.client_db("with_ext");
+    with_ext.batch_execute("CREATE EXTENSION pg_idem").unwrap();
+    insert_expired(&mut with_ext, "t", 10);
+    drop(with_ext);
+    for name in ["with_ext", "without_ext"] {
+        wait_for("a purge worker connected", Duration::from_secs(10), || {
+            worker_pid(&mut db, name).is_some()
+        });
+    }
+    thread::sleep(Duration::from_millis(500));
+    for name in ["with_ext", "without_ext"] {
+        let t0 = Instant::now();
+        db.batch_execute(&format!("DROP DATABASE {name}"))
+            .unwrap_or_else(|e| panic!("DROP DATABASE {name}: {e}"));
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{name} dropped after {:?}",
+            t0.elapsed()
+        );
+    }
+    thread::sleep(Duration::from_secs(4));
+    let state: String = db
+        .query_one(
+            "SELECT state FROM idem_purge_status() WHERE database = 'with_ext'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "waiting for database");
+    // created again: a worker comes back and purges (interval 1h: the first pass runs at start)
+    db.batch_execute("CREATE DATABASE with_ext").unwrap();
+    let mut again = server.client_db("with_ext");
+    again.batch_execute("CREATE EXTENSION pg_idem").unwrap();
+    insert_expired(&mut again, "t", 10);
+    wait_for(
+        "purging in the new database",
+        Duration::from_secs(10),
+        || count_keys(&mut again, "expired-%") == 0,
+    );
+}
