@@ -137,8 +137,10 @@ pub struct PurgeSlots {
     slots: [PurgeSlot; MAX_DATABASES],
 }
 
+// SAFETY: fixed-size arrays of bytes and integers, no pointers: valid in every process.
 unsafe impl PGRXSharedMemory for PurgeSlots {}
 
+// SAFETY: a unique shared-memory name, initialised once with pg_shmem_init! in register().
 static SLOTS: PgLwLock<PurgeSlots> = unsafe { PgLwLock::new(c"pg_idem purge workers") };
 
 /// Requests the shared memory and registers the launcher. Only from `_PG_init` while preloading.
@@ -184,12 +186,14 @@ fn read_slot(index: usize) -> PurgeSlot {
 
 fn reload_config_if_asked() {
     if BackgroundWorker::sighup_received() {
+        // SAFETY: called between transactions, as ProcessConfigFile requires.
         unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
     }
 }
 
 fn report_activity(state: pg_sys::BackendState::Type, what: &str) {
     let text = CString::new(what).unwrap_or_default();
+    // SAFETY: a NUL-terminated string that outlives the call (it is copied into shared memory).
     unsafe { pg_sys::pgstat_report_activity(state, text.as_ptr()) };
 }
 
@@ -241,6 +245,7 @@ pub extern "C-unwind" fn pg_idem_launcher_main(_arg: pg_sys::Datum) {
         }
     }
     // exit non-zero so that the postmaster starts the launcher again after pg_terminate_backend
+    // SAFETY: ends this process the way PostgreSQL expects a background worker to.
     unsafe { pg_sys::proc_exit(1) };
 }
 
@@ -292,6 +297,7 @@ fn tend(index: usize, name: &str, launched: &mut Launched) {
         .set_function("pg_idem_purge_main")
         .set_argument((index as i32).into_datum())
         .enable_spi_access()
+        // SAFETY: MyProcPid is this process's pid, set at process start.
         .set_notify_pid(unsafe { pg_sys::MyProcPid })
         .load_dynamic();
     match started {
@@ -314,6 +320,8 @@ enum DatabaseStatus {
 /// Whether `name` is in pg_database, and accepts connections. A backend connected to no database has no catalog indexes
 /// at hand, so this scans the (small) shared catalog as the autovacuum launcher does.
 fn database_status(name: &str) -> DatabaseStatus {
+    // SAFETY: (the block) a heap scan of the shared catalog pg_database inside a transaction;
+    // every tuple returned is a valid pg_database row until the next heap_getnext.
     BackgroundWorker::transaction(|| unsafe {
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         let relation = pg_sys::table_open(pg_sys::DatabaseRelationId, lock);
@@ -350,6 +358,7 @@ fn database_status(name: &str) -> DatabaseStatus {
 #[pg_guard]
 unsafe extern "C-unwind" fn clear_slot_pid(_code: i32, arg: pg_sys::Datum) {
     let index = arg.value();
+    // SAFETY: MyProcPid is this process's pid, set at process start.
     let me = unsafe { pg_sys::MyProcPid };
     update_slot(index, |slot| {
         if slot.pid == me {
@@ -369,6 +378,7 @@ pub extern "C-unwind" fn pg_idem_purge_main(arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
 
     // one purge worker per database, even if a restarted launcher started a second one
+    // SAFETY: MyProcPid is this process's pid, set at process start.
     let me = unsafe { pg_sys::MyProcPid };
     let mut duplicate = false;
     update_slot(index, |slot| {
@@ -383,6 +393,7 @@ pub extern "C-unwind" fn pg_idem_purge_main(arg: pg_sys::Datum) {
     if duplicate {
         return;
     }
+    // SAFETY: registers a callback with a plain integer argument; it runs at process exit.
     unsafe { pg_sys::before_shmem_exit(Some(clear_slot_pid), pg_sys::Datum::from(index)) };
 
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
@@ -431,6 +442,7 @@ pub extern "C-unwind" fn pg_idem_purge_main(arg: pg_sys::Datum) {
     }
     // exit non-zero on SIGTERM, as pg_cron does; the launcher starts a new worker unless the
     // server is shutting down
+    // SAFETY: ends this process the way PostgreSQL expects a background worker to.
     unsafe { pg_sys::proc_exit(1) };
 }
 
@@ -503,6 +515,7 @@ fn leave_if_database_is_wanted(database: &str) {
 
 fn extension_installed() -> bool {
     BackgroundWorker::transaction(
+        // SAFETY: a catalog look-up by a NUL-terminated static name, inside a transaction.
         || unsafe { pg_sys::get_extension_oid(c"pg_idem".as_ptr(), true) } != pg_sys::InvalidOid,
     )
 }
