@@ -1,5 +1,5 @@
--- Beyond single claims: batch claims, ordered-stream watermarks, checkpoints for multi-step work,
--- a fence guard for business rows, and deterministic keys for downstream calls.
+-- Beyond single claims (src/extras.rs): batch claims, checkpoints for multi-step work, a fence
+-- guard for business rows, and deterministic keys for downstream calls.
 
 CREATE FUNCTION idem_claim_many(
     tenant text,
@@ -25,36 +25,6 @@ AS 'MODULE_PATHNAME', 'idem_claim_many_wrapper';
 
 COMMENT ON FUNCTION idem_claim_many(text, text[], text[], interval, interval) IS
 'Claim many keys of one tenant in one round trip: one row per input element, in input order, with the columns of idem_claim';
-
-CREATE FUNCTION idem_claim_seq(
-    tenant text,
-    stream text,
-    seq bigint,
-    OUT outcome text,
-    OUT watermark bigint
-) RETURNS record
-LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'idem_claim_seq_wrapper';
-
-COMMENT ON FUNCTION idem_claim_seq(text, text, bigint) IS
-'High-watermark dedup of an ordered stream: new (and the watermark moves to seq, inside this transaction) when seq is above the watermark, else duplicate';
-
-CREATE FUNCTION idem_watermark(tenant text, stream text) RETURNS bigint
-LANGUAGE c STABLE PARALLEL SAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'idem_watermark_wrapper';
-
-COMMENT ON FUNCTION idem_watermark(text, text) IS
-'The watermark of a stream, NULL when it has none';
-
-CREATE FUNCTION idem_reset_watermark(tenant text, stream text, seq bigint) RETURNS bigint
-LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'idem_reset_watermark_wrapper';
-
-COMMENT ON FUNCTION idem_reset_watermark(text, text, bigint) IS
-'Set the watermark of a stream (for example to replay from an earlier offset); returns the previous one';
 
 CREATE FUNCTION idem_checkpoint(
     tenant text,

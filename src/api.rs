@@ -1,7 +1,7 @@
 //! The core SQL API (declared in sql/api.sql): argument checks, defaults from the settings, the
 //! key store underneath, and the shape of each result.
 
-use pgrx::datum::{Array, Interval, TimestampWithTimeZone};
+use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
 
 use crate::args::{self, check};
@@ -10,13 +10,9 @@ use crate::datum::{self, Jsonb, Record};
 use crate::hashing;
 use crate::jsonb_walk;
 use crate::stats::{self, Event};
-use crate::store::{self, ClaimOutcome, ClaimRequest, Fenced, Micros, State};
+use crate::store::{self, ClaimOutcome, ClaimRequest, Fenced, State};
+use crate::time::{clock, timestamptz, Micros};
 use crate::{errors, guc, tenants};
-
-pub fn timestamptz(micros: Micros) -> TimestampWithTimeZone {
-    TimestampWithTimeZone::try_from(micros)
-        .unwrap_or_else(|e| errors::internal("converting a timestamp", format!("{e:?}")).raise())
-}
 
 pub fn record_outcome(tenant: &str, outcome: &ClaimOutcome) {
     let event = match outcome {
@@ -64,7 +60,7 @@ fn idem_claim(
         ttl_us,
         reject_stale_uuidv7: guc::reject_stale_uuidv7(),
     };
-    let now = store::clock();
+    let now = clock();
     let outcome = store::with_client(|client| store::claim(client, &request, now));
     record_outcome(tenant, &outcome);
     // built after SPI is gone: the row must live in the caller's memory context
@@ -87,7 +83,7 @@ fn idem_claim(
 }
 
 /// The target of a fenced operation, checked.
-fn fenced<'a>(
+pub fn fenced<'a>(
     function: &'static str,
     tenant: Option<&'a str>,
     key: Option<&'a str>,
@@ -104,6 +100,16 @@ fn fenced<'a>(
     }
 }
 
+/// The result of a fenced operation, or its refusal raised (a stale fence counted first).
+pub fn unless_refused<T>(target: &Fenced<'_>, result: Result<T, store::Refused>) -> T {
+    result.unwrap_or_else(|refused| {
+        if refused.stale_fence {
+            stats::record(target.tenant, Event::StaleFence);
+        }
+        refused.error.raise()
+    })
+}
+
 fn finish(
     function: &'static str,
     state: State,
@@ -115,11 +121,11 @@ fn finish(
 ) -> TimestampWithTimeZone {
     let target = fenced(function, tenant, key, fence);
     let body = check(args::payload(response_body, "response_body"));
-    let now = store::clock();
+    let now = clock();
     let expires_at = store::with_client(|client| {
         store::finish(client, &target, state, response_code, body, now)
     });
-    timestamptz(expires_at)
+    timestamptz(unless_refused(&target, expires_at))
 }
 
 #[pg_extern(sql = false)]
@@ -163,7 +169,10 @@ fn idem_fail_final(
 #[pg_extern(sql = false)]
 fn idem_release(tenant: Option<&str>, key: Option<&str>, fence: Option<i64>) {
     let target = fenced("idem_release", tenant, key, fence);
-    store::with_client(|client| store::release(client, &target));
+    unless_refused(
+        &target,
+        store::with_client(|client| store::release(client, &target)),
+    );
 }
 
 #[pg_extern(sql = false)]
@@ -175,11 +184,11 @@ fn idem_heartbeat(
 ) -> TimestampWithTimeZone {
     let target = fenced("idem_heartbeat", tenant, key, fence);
     let lease_us = check(args::duration(lease, "lease", guc::lease_timeout_us()));
-    let now = store::clock();
+    let now = clock();
     let lease_expires_at = now.saturating_add(lease_us);
-    timestamptz(store::with_client(|client| {
-        store::heartbeat(client, &target, lease_expires_at, now)
-    }))
+    let lease_expires_at =
+        store::with_client(|client| store::heartbeat(client, &target, lease_expires_at, now));
+    timestamptz(unless_refused(&target, lease_expires_at))
 }
 
 #[pg_extern(sql = false)]
@@ -202,8 +211,10 @@ fn idem_purge(max_rows: Option<i32>) -> i64 {
             .raise();
         }
     }
-    let now = store::clock();
-    store::with_client(|client| store::purge(client, now, max_rows.map(i64::from)))
+    let now = clock();
+    let deleted = store::with_client(|client| store::purge(client, now, max_rows.map(i64::from)));
+    stats::record_purged(deleted);
+    deleted
 }
 
 /// Hex SHA-256 of the canonical JSON that `write` produces; `body` (SQL NULL is JSON null) is
@@ -259,135 +270,7 @@ fn idem_new_key() -> pgrx::Uuid {
     pgrx::Uuid::from_bytes(*hashing::new_uuid_v7().as_bytes())
 }
 
-/// The keys and request hashes of a batch, checked: same length, no NULLs, within the limit.
-/// The elements are borrowed from the arrays (PostgreSQL memory), never copied: the count is
-/// checked before anything is read.
-fn batch<'b, 'a: 'b>(
-    keys: Option<&'b Array<'a, &'a str>>,
-    hashes: Option<&'b Array<'a, &'a str>>,
-) -> Vec<(&'b str, &'b str)> {
-    let keys = keys.unwrap_or_else(|| {
-        errors::null_argument("keys", "Pass an array of keys, such as ARRAY['k1', 'k2'].").raise()
-    });
-    let hashes = hashes.unwrap_or_else(|| {
-        errors::null_argument(
-            "request_hashes",
-            "Pass one request hash per key, in the same order.",
-        )
-        .raise()
-    });
-    if keys.len() != hashes.len() {
-        errors::invalid_argument(
-            "request_hashes",
-            "must have one element per key",
-            format!(
-                "keys has {} elements, request_hashes {}.",
-                keys.len(),
-                hashes.len()
-            ),
-            "Pass arrays of the same length, the i-th hash for the i-th key.",
-        )
-        .raise();
-    }
-    let max = guc::max_batch_keys();
-    if keys.len() > max {
-        errors::too_large(
-            "keys",
-            format!("The batch has {} keys; pg_idem.max_batch_keys allows {max}.", keys.len()),
-            "Split the batch, or raise pg_idem.max_batch_keys (each new key claimed holds one lock until commit).",
-        )
-        .raise();
-    }
-    keys.iter()
-        .zip(hashes.iter())
-        .enumerate()
-        .map(|(i, (key, hash))| {
-            let key = key.unwrap_or_else(|| {
-                errors::null_argument(
-                    &format!("keys[{}]", i + 1),
-                    "Remove NULL elements from the batch.",
-                )
-                .raise()
-            });
-            let hash = hash.unwrap_or_else(|| {
-                errors::null_argument(
-                    &format!("request_hashes[{}]", i + 1),
-                    "Pass a hash for every key ('' to skip the check).",
-                )
-                .raise()
-            });
-            (key, hash)
-        })
-        .collect()
-}
-
-#[pg_extern(sql = false)]
-#[allow(clippy::type_complexity)]
-fn idem_claim_many<'a>(
-    tenant: Option<&'a str>,
-    keys: Option<Array<'a, &'a str>>,
-    request_hashes: Option<Array<'a, &'a str>>,
-    lease: Option<Interval>,
-    ttl: Option<Interval>,
-) -> TableIterator<
-    'static,
-    (
-        name!(key, String),
-        name!(outcome, String),
-        name!(fence, Option<i64>),
-        name!(attempt, Option<i32>),
-        name!(response_code, Option<i32>),
-        name!(response_body, Option<Jsonb>),
-        name!(lease_expires_at, Option<TimestampWithTimeZone>),
-        name!(expires_at, Option<TimestampWithTimeZone>),
-        name!(checkpoint_phase, Option<String>),
-        name!(checkpoint_data, Option<Jsonb>),
-    ),
-> {
-    let tenant = check(args::name(tenant, "tenant"));
-    tenants::check_access(tenant);
-    let pairs = batch(keys.as_ref(), request_hashes.as_ref());
-    let requests: Vec<ClaimRequest<'_>> = pairs
-        .iter()
-        .enumerate()
-        .map(|(i, (key, hash))| {
-            let argument = format!("keys[{}]", i + 1);
-            let (_, key) = check(args::tenant_and_key(Some(tenant), Some(key), &argument));
-            let hash = check(args::request_hash(Some(hash)));
-            (key, hash)
-        })
-        .map(|(key, hash)| {
-            let (lease_us, ttl_us) = lease_and_ttl(lease, ttl);
-            ClaimRequest {
-                tenant,
-                key,
-                request_hash: hashing::stored_request_hash(hash),
-                lease_us,
-                ttl_us,
-                reject_stale_uuidv7: guc::reject_stale_uuidv7(),
-            }
-        })
-        .collect();
-    let now = store::clock();
-    // in input order, so that a key repeated in the batch meets its own earlier claim
-    let outcomes: Vec<ClaimOutcome> = store::with_client(|client| {
-        requests
-            .iter()
-            .map(|r| store::claim(client, r, now))
-            .collect()
-    });
-    let rows: Vec<_> = requests
-        .iter()
-        .zip(outcomes)
-        .map(|(request, outcome)| {
-            record_outcome(tenant, &outcome);
-            claim_row(request.key, outcome)
-        })
-        .collect();
-    TableIterator::new(rows)
-}
-
-type ClaimRow = (
+pub type ClaimRow = (
     String,
     String,
     Option<i64>,
@@ -413,8 +296,9 @@ struct ClaimColumns {
     checkpoint_data: Option<Jsonb>,
 }
 
-/// One row of idem_claim_many: the key, then the columns of idem_claim.
-fn claim_row(key: &str, outcome: ClaimOutcome) -> ClaimRow {
+/// One row of idem_claim_many (the key, then the columns of idem_claim); idem_claim uses the
+/// columns.
+pub fn claim_row(key: &str, outcome: ClaimOutcome) -> ClaimRow {
     let (name, c) = match outcome {
         ClaimOutcome::Claimed {
             fence,
@@ -476,40 +360,4 @@ fn claim_row(key: &str, outcome: ClaimOutcome) -> ClaimRow {
         c.checkpoint_phase,
         c.checkpoint_data,
     )
-}
-
-#[pg_extern(sql = false)]
-fn idem_checkpoint(
-    tenant: Option<&str>,
-    key: Option<&str>,
-    fence: Option<i64>,
-    phase: Option<&str>,
-    data: Option<Jsonb>,
-) {
-    let target = fenced("idem_checkpoint", tenant, key, fence);
-    let phase = check(args::label(
-        phase,
-        "phase",
-        "Name the step the attempt has finished, such as 'charged'.",
-    ));
-    let data = check(args::payload(data, "data"));
-    let now = store::clock();
-    store::with_client(|client| store::checkpoint(client, &target, phase, data, now));
-}
-
-#[pg_extern(sql = false)]
-fn idem_assert_fence(tenant: Option<&str>, key: Option<&str>, fence: Option<i64>) {
-    let target = fenced("idem_assert_fence", tenant, key, fence);
-    store::with_client(|client| store::assert_fence(client, &target));
-}
-
-#[pg_extern(sql = false)]
-fn idem_downstream_key(tenant: Option<&str>, key: Option<&str>, step: Option<&str>) -> pgrx::Uuid {
-    let (tenant, key) = check(args::tenant_and_key(tenant, key, "key"));
-    let step = check(args::label(
-        step,
-        "step",
-        "Name the external call, such as 'charge'.",
-    ));
-    pgrx::Uuid::from_bytes(*hashing::downstream_key(tenant, key, step).as_bytes())
 }

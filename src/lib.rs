@@ -1,19 +1,22 @@
 //! pg_idem: exactly-once effects on top of at-least-once delivery, as a PostgreSQL extension.
 //!
-//! This file only wires the modules together:
-//! - `api`: the core SQL functions (claim, complete, fail, release, heartbeat, forget, purge, hashes)
-//! - `args`: argument checks shared by every SQL function
-//! - `store`: the key store, every statement on idem.keys
-//! - `streams`: high-watermark dedup of ordered streams (idem.watermarks)
-//! - `hashing`, `canonical_json`, `jsonb_walk`: request fingerprints (a canonical walk of jsonb),
-//!   lock identities, UUIDs
-//! - `datum`: jsonb pass-through and one-row records
-//! - `guc`: the pg_idem.* settings
-//! - `stats`: shared-memory counters and the statistics functions
-//! - `tenants`: tenants as an access boundary (pg_idem.tenant_grants)
-//! - `worker`: the purge launcher and purge workers
-//! - `errors`: SQLSTATEs, messages, details and hints
-//! - `enum_list`: enums with the list of their variants (tables indexed by variant)
+//! This file only wires the modules together. They form layers; each uses only those below it:
+//!
+//! - SQL functions, one module per `sql/*.sql` file (each declares the functions of its module):
+//!   `api` (sql/api.sql: claim, complete, fail, release, heartbeat, forget, purge, hashes),
+//!   `extras` (sql/extras.sql: batch claims, checkpoints, fence guard, downstream keys),
+//!   `streams` (sql/streams.sql: stream watermarks), `tenants` (sql/tenants.sql: tenants as an
+//!   access boundary), `stats` (sql/stats.sql: counters and statistics), `worker`
+//!   (sql/worker.sql: the purge launcher and workers, and their status)
+//! - `args`: argument checks shared by the SQL functions
+//! - `store`: the key store, every statement on idem.keys; no policy (statistics are recorded by
+//!   its callers)
+//! - bottom, no policy: `jsonb_walk` (a canonical walk of jsonb), `canonical_json`, `hashing`,
+//!   `datum` (jsonb pass-through, one-row records), `time`, `guc` (the settings), `preload`
+//!   (whether shared memory exists), `errors` (SQLSTATEs, messages, details, hints),
+//!   `enum_list`
+//!
+//! sql/schema.sql creates the tables; `sql/pg_idem--A--B.sql` are the upgrade scripts.
 
 use pgrx::prelude::*;
 
@@ -23,13 +26,16 @@ mod canonical_json;
 mod datum;
 mod enum_list;
 mod errors;
+mod extras;
 mod guc;
 mod hashing;
 mod jsonb_walk;
+mod preload;
 mod stats;
 mod store;
 mod streams;
 mod tenants;
+mod time;
 mod worker;
 
 pgrx::pg_module_magic!(name, version);
@@ -37,7 +43,13 @@ pgrx::pg_module_magic!(name, version);
 extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 extension_sql_file!("../sql/api.sql", name = "api", requires = ["schema"]);
 extension_sql_file!("../sql/extras.sql", name = "extras", requires = ["api"]);
-extension_sql_file!("../sql/stats.sql", name = "stats", requires = ["extras"]);
+extension_sql_file!(
+    "../sql/streams.sql",
+    name = "streams",
+    requires = ["extras"]
+);
+extension_sql_file!("../sql/worker.sql", name = "worker", requires = ["streams"]);
+extension_sql_file!("../sql/stats.sql", name = "stats", requires = ["worker"]);
 extension_sql_file!("../sql/tenants.sql", name = "tenants", requires = ["stats"]);
 
 #[pg_guard]
@@ -47,6 +59,7 @@ pub extern "C-unwind" fn _PG_init() {
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         stats::init_shared_memory();
         worker::register();
+        preload::mark();
     }
 }
 

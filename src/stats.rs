@@ -3,7 +3,7 @@
 //! Without the preload there is no shared memory to keep them in: recording is a no-op and the
 //! SQL functions report NULL counters.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use pgrx::prelude::*;
 
@@ -50,9 +50,6 @@ unsafe impl PGRXSharedMemory for Counters {}
 // SAFETY: a unique shared-memory name, initialised once with pg_shmem_init! in _PG_init.
 static COUNTERS: PgAtomic<Counters> = unsafe { PgAtomic::new(c"pg_idem counters") };
 
-/// Set in the postmaster when the library is preloaded; forked backends inherit it.
-static SHARED: AtomicBool = AtomicBool::new(false);
-
 struct TenantSlot {
     /// 0: free; otherwise a hash of the tenant's full name (never 0)
     hash: AtomicU64,
@@ -92,7 +89,6 @@ static TENANTS: PgLwLock<TenantTable> = unsafe { PgLwLock::new(c"pg_idem tenant 
 pub fn init_shared_memory() {
     pg_shmem_init!(COUNTERS);
     pg_shmem_init!(TENANTS);
-    SHARED.store(true, Ordering::Relaxed);
 }
 
 fn tenant_hash(tenant: &str) -> u64 {
@@ -154,7 +150,7 @@ fn record_for_tenant(tenant: &str, event: Event) {
 
 /// True when the counters live in shared memory (pg_idem is in shared_preload_libraries).
 pub fn available() -> bool {
-    SHARED.load(Ordering::Relaxed)
+    crate::preload::active()
 }
 
 pub fn record(tenant: &str, event: Event) {
@@ -290,7 +286,7 @@ fn idem_counters() -> TableIterator<
     let c = counter_row(snap.as_ref().map(|s| &s.events));
     let purged = snap.as_ref().map(|s| counter(s.purged));
     let since = snap.as_ref().map(|s| {
-        crate::api::timestamptz(if s.reset_at != 0 {
+        crate::time::timestamptz(if s.reset_at != 0 {
             s.reset_at
         } else {
             // SAFETY: set by the postmaster at start, inherited read-only by every backend.
@@ -326,47 +322,6 @@ fn idem_tenant_counters() -> TableIterator<
 /// `idem_stats_reset()`: zeroes every counter; returns false without the preload.
 #[pg_extern(sql = false)]
 fn idem_stats_reset() -> bool {
-    reset(crate::store::clock());
+    reset(crate::time::clock());
     available()
-}
-
-/// `idem_purge_status()`: one row per database in pg_idem.database, empty without the preload.
-#[pg_extern(sql = false)]
-#[allow(clippy::type_complexity)]
-fn idem_purge_status() -> TableIterator<
-    'static,
-    (
-        name!(database, String),
-        name!(pid, Option<i32>),
-        name!(state, String),
-        name!(started_at, Option<TimestampWithTimeZone>),
-        name!(starts, i64),
-        name!(last_pass_at, Option<TimestampWithTimeZone>),
-        name!(last_pass_keys, Option<i64>),
-        name!(last_pass_batches, Option<i64>),
-        name!(last_pass_ms, Option<i64>),
-        name!(total_keys, i64),
-        name!(total_passes, i64),
-        name!(total_batches, i64),
-    ),
-> {
-    let slots = crate::worker::slots().unwrap_or_default();
-    let ts = |micros: i64| (micros != 0).then(|| crate::api::timestamptz(micros));
-    TableIterator::new(slots.into_iter().map(move |s| {
-        let passed = s.total_passes > 0;
-        (
-            s.database().to_string(),
-            (s.pid != 0).then_some(s.pid),
-            s.state().name().to_string(),
-            ts(s.started_at),
-            s.starts,
-            ts(s.last_pass_at),
-            passed.then_some(s.last_pass_keys),
-            passed.then_some(s.last_pass_batches),
-            passed.then_some(s.last_pass_ms),
-            s.total_keys,
-            s.total_passes,
-            s.total_batches,
-        )
-    }))
 }

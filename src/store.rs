@@ -26,15 +26,7 @@ use crate::datum::Jsonb;
 use crate::enum_list::enum_list;
 use crate::errors::{self, LeaseLost};
 use crate::hashing;
-
-/// Microseconds since 2000-01-01 UTC: PostgreSQL's TimestampTz.
-pub type Micros = i64;
-
-/// The server clock, read once per call so that all comparisons in one call agree.
-pub fn clock() -> Micros {
-    // SAFETY: reads the system clock; no preconditions.
-    unsafe { pg_sys::GetCurrentTimestamp() }
-}
+use crate::time::Micros;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
@@ -649,39 +641,58 @@ pub struct Fenced<'a> {
 }
 
 impl Fenced<'_> {
-    /// The error to raise after a fenced statement matched no row.
-    fn refusal(&self, client: &Client<'_, '_>) -> errors::IdemError {
+    /// Why a fenced statement matched no row.
+    fn refusal(&self, client: &Client<'_, '_>) -> Refused {
         match lookup(client, self.tenant, self.key, false) {
-            None => errors::key_not_found(self.function, self.tenant, self.key, self.fence),
+            None => Refused {
+                error: errors::key_not_found(self.function, self.tenant, self.key, self.fence),
+                stale_fence: false,
+            },
             Some(row) => {
                 let why = match row.state {
                     State::Completed => LeaseLost::Completed,
                     State::Failed => LeaseLost::Failed,
                     State::InProgress => LeaseLost::NotHolder,
                 };
-                crate::stats::record(self.tenant, crate::stats::Event::StaleFence);
-                errors::lease_lost(self.function, self.tenant, self.key, self.fence, why)
+                Refused {
+                    error: errors::lease_lost(
+                        self.function,
+                        self.tenant,
+                        self.key,
+                        self.fence,
+                        why,
+                    ),
+                    stale_fence: true,
+                }
             }
         }
     }
 
-    /// Runs a fenced statement under the key lock; raises 55000 or P0002 when it matched nothing.
+    /// Runs a fenced statement under the key lock; refused (55000 or P0002) when it matched
+    /// nothing.
     fn run<'c, 'a>(
         &'a self,
         client: &Client<'_, 'c>,
         stmt: Stmt,
         extra: impl IntoIterator<Item = DatumWithOid<'a>>,
-    ) -> SpiTupleTable<'c> {
+    ) -> Result<SpiTupleTable<'c>, Refused> {
         lock_key(self.tenant, self.key);
         let mut args: Vec<DatumWithOid<'a>> =
             vec![self.tenant.into(), self.key.into(), self.fence.into()];
         args.extend(extra);
         let table = run(client.spi, stmt, &args);
         if table.is_empty() {
-            self.refusal(client).raise();
+            return Err(self.refusal(client));
         }
-        table.first()
+        Ok(table.first())
     }
+}
+
+/// A fenced operation the key's current state refuses: the error to raise, and whether it was a
+/// stale fence (55000) rather than a missing key (P0002), which the caller counts.
+pub struct Refused {
+    pub error: errors::IdemError,
+    pub stale_fence: bool,
 }
 
 /// Stores the final outcome (completed or failed) of the attempt holding the fence; returns the
@@ -693,7 +704,7 @@ pub fn finish(
     response_code: Option<i32>,
     response_body: Option<Jsonb>,
     now: Micros,
-) -> Micros {
+) -> Result<Micros, Refused> {
     let code = match response_code {
         Some(c) => c.into(),
         None => DatumWithOid::null::<i32>(),
@@ -707,8 +718,8 @@ pub fn finish(
             jsonb_arg(response_body),
             timestamptz_arg(now),
         ],
-    );
-    not_null(get_i64(&table, 1), "expires_at")
+    )?;
+    Ok(not_null(get_i64(&table, 1), "expires_at"))
 }
 
 /// Extends the lease of the attempt holding the fence; returns the new lease_expires_at.
@@ -717,18 +728,18 @@ pub fn heartbeat(
     target: &Fenced<'_>,
     lease_expires_at: Micros,
     now: Micros,
-) -> Micros {
+) -> Result<Micros, Refused> {
     let table = target.run(
         client,
         Stmt::Heartbeat,
         [timestamptz_arg(lease_expires_at), timestamptz_arg(now)],
-    );
-    not_null(get_i64(&table, 1), "lease_expires_at")
+    )?;
+    Ok(not_null(get_i64(&table, 1), "lease_expires_at"))
 }
 
 /// Removes the claim of the attempt holding the fence.
-pub fn release(client: &Client<'_, '_>, target: &Fenced<'_>) {
-    target.run(client, Stmt::Release, []);
+pub fn release(client: &Client<'_, '_>, target: &Fenced<'_>) -> Result<(), Refused> {
+    target.run(client, Stmt::Release, []).map(drop)
 }
 
 /// Records the progress of the attempt holding the fence.
@@ -738,17 +749,19 @@ pub fn checkpoint(
     phase: &str,
     data: Option<Jsonb>,
     now: Micros,
-) {
-    target.run(
-        client,
-        Stmt::Checkpoint,
-        [phase.into(), jsonb_arg(data), timestamptz_arg(now)],
-    );
+) -> Result<(), Refused> {
+    target
+        .run(
+            client,
+            Stmt::Checkpoint,
+            [phase.into(), jsonb_arg(data), timestamptz_arg(now)],
+        )
+        .map(drop)
 }
 
 /// Locks the key's row until the end of the transaction if the fence still holds it.
-pub fn assert_fence(client: &Client<'_, '_>, target: &Fenced<'_>) {
-    target.run(client, Stmt::AssertFence, []);
+pub fn assert_fence(client: &Client<'_, '_>, target: &Fenced<'_>) -> Result<(), Refused> {
+    target.run(client, Stmt::AssertFence, []).map(drop)
 }
 
 /// Drops a key in any state; true if there was one.
@@ -804,7 +817,7 @@ pub fn purge_batch(
             timestamptz_arg(cursor.0),
         ],
     ));
-    let batch = match table {
+    match table {
         Some(t) => PurgeBatch {
             scanned: get_i64(&t, 1).unwrap_or(0),
             deleted: get_i64(&t, 2).unwrap_or(0),
@@ -817,9 +830,7 @@ pub fn purge_batch(
             rearmed: 0,
             cursor,
         },
-    };
-    crate::stats::record_purged(batch.deleted);
-    batch
+    }
 }
 
 impl PurgeBatch {

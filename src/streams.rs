@@ -10,7 +10,8 @@ use pgrx::prelude::*;
 use crate::args::{self, check};
 use crate::datum::{self, Record};
 use crate::errors;
-use crate::store::{self, Micros};
+use crate::store;
+use crate::time::{clock, Micros};
 
 const ADVANCE: &str = "INSERT INTO idem.watermarks AS w (tenant, stream, watermark, updated_at) \
      VALUES ($1, $2, $3, $4) \
@@ -65,7 +66,7 @@ fn idem_claim_seq(
 ) -> Record {
     let (tenant, stream) = stream_args(tenant, stream);
     let seq = seq_arg(seq, "seq");
-    let now = store::clock();
+    let now = clock();
     let (outcome, mark) = store::with_client(|client| {
         let advanced = client.query_one_i64(
             ADVANCE,
@@ -99,7 +100,7 @@ fn idem_reset_watermark(
 ) -> Option<i64> {
     let (tenant, stream) = stream_args(tenant, stream);
     let seq = seq_arg(seq, "seq");
-    let now = store::clock();
+    let now = clock();
     store::with_client(|client| {
         let previous = watermark(client, LOCK_CURRENT, tenant, stream);
         client.query_one_i64(

@@ -166,8 +166,8 @@ fn purged_databases() -> Vec<String> {
 }
 
 /// A copy of every slot in use, for SQL.
-pub fn slots() -> Option<Vec<PurgeSlot>> {
-    if !crate::stats::available() {
+fn slots() -> Option<Vec<PurgeSlot>> {
+    if !crate::preload::active() {
         return None;
     }
     let count = purged_databases().len();
@@ -386,7 +386,7 @@ pub extern "C-unwind" fn pg_idem_purge_main(arg: pg_sys::Datum) {
             duplicate = true;
         } else {
             slot.pid = me;
-            slot.started_at = store::clock();
+            slot.started_at = crate::time::clock();
             slot.starts += 1;
         }
     });
@@ -532,8 +532,11 @@ fn purge_pass(index: usize, database: &str) -> bool {
     let mut keep_running = true;
     loop {
         let done = BackgroundWorker::transaction(|| {
-            store::with_client(|client| store::purge_batch(client, store::clock(), batch, cursor))
+            store::with_client(|client| {
+                store::purge_batch(client, crate::time::clock(), batch, cursor)
+            })
         });
+        crate::stats::record_purged(done.deleted);
         keys += done.deleted;
         batches += 1;
         cursor = done.cursor;
@@ -550,7 +553,7 @@ fn purge_pass(index: usize, database: &str) -> bool {
         reload_config_if_asked();
     }
     let elapsed_ms = started.elapsed().as_millis() as i64;
-    let now = store::clock();
+    let now = crate::time::clock();
     update_slot(index, |slot| {
         slot.state = WorkerState::Idle as u8;
         slot.last_pass_at = now;
@@ -566,4 +569,49 @@ fn purge_pass(index: usize, database: &str) -> bool {
     }
     report_activity(pg_sys::BackendState::STATE_IDLE, "");
     keep_running
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the workers are doing, from SQL
+// ---------------------------------------------------------------------------------------------
+
+/// `idem_purge_status()`: one row per database in pg_idem.database, empty without the preload.
+#[pg_extern(sql = false)]
+#[allow(clippy::type_complexity)]
+fn idem_purge_status() -> TableIterator<
+    'static,
+    (
+        name!(database, String),
+        name!(pid, Option<i32>),
+        name!(state, String),
+        name!(started_at, Option<TimestampWithTimeZone>),
+        name!(starts, i64),
+        name!(last_pass_at, Option<TimestampWithTimeZone>),
+        name!(last_pass_keys, Option<i64>),
+        name!(last_pass_batches, Option<i64>),
+        name!(last_pass_ms, Option<i64>),
+        name!(total_keys, i64),
+        name!(total_passes, i64),
+        name!(total_batches, i64),
+    ),
+> {
+    let slots = slots().unwrap_or_default();
+    let ts = |micros: i64| (micros != 0).then(|| crate::time::timestamptz(micros));
+    TableIterator::new(slots.into_iter().map(move |s| {
+        let passed = s.total_passes > 0;
+        (
+            s.database().to_string(),
+            (s.pid != 0).then_some(s.pid),
+            s.state().name().to_string(),
+            ts(s.started_at),
+            s.starts,
+            ts(s.last_pass_at),
+            passed.then_some(s.last_pass_keys),
+            passed.then_some(s.last_pass_batches),
+            passed.then_some(s.last_pass_ms),
+            s.total_keys,
+            s.total_passes,
+            s.total_batches,
+        )
+    }))
 }

@@ -1,0 +1,181 @@
+//! Beyond single claims (declared in sql/extras.sql): batch claims, checkpoints for multi-step
+//! work, a fence guard for business rows, and deterministic keys for downstream calls.
+
+use pgrx::datum::{Array, Interval, TimestampWithTimeZone};
+use pgrx::prelude::*;
+
+use crate::api::{claim_row, fenced, lease_and_ttl, record_outcome, unless_refused};
+use crate::args::{self, check};
+use crate::datum::Jsonb;
+use crate::hashing;
+use crate::store::{self, ClaimOutcome, ClaimRequest};
+use crate::time::clock;
+use crate::{errors, guc, tenants};
+
+/// The keys and request hashes of a batch, checked: same length, no NULLs, within the limit.
+/// The elements are borrowed from the arrays (PostgreSQL memory), never copied: the count is
+/// checked before anything is read.
+fn batch<'b, 'a: 'b>(
+    keys: Option<&'b Array<'a, &'a str>>,
+    hashes: Option<&'b Array<'a, &'a str>>,
+) -> Vec<(&'b str, &'b str)> {
+    let keys = keys.unwrap_or_else(|| {
+        errors::null_argument("keys", "Pass an array of keys, such as ARRAY['k1', 'k2'].").raise()
+    });
+    let hashes = hashes.unwrap_or_else(|| {
+        errors::null_argument(
+            "request_hashes",
+            "Pass one request hash per key, in the same order.",
+        )
+        .raise()
+    });
+    if keys.len() != hashes.len() {
+        errors::invalid_argument(
+            "request_hashes",
+            "must have one element per key",
+            format!(
+                "keys has {} elements, request_hashes {}.",
+                keys.len(),
+                hashes.len()
+            ),
+            "Pass arrays of the same length, the i-th hash for the i-th key.",
+        )
+        .raise();
+    }
+    let max = guc::max_batch_keys();
+    if keys.len() > max {
+        errors::too_large(
+            "keys",
+            format!("The batch has {} keys; pg_idem.max_batch_keys allows {max}.", keys.len()),
+            "Split the batch, or raise pg_idem.max_batch_keys (each new key claimed holds one lock until commit).",
+        )
+        .raise();
+    }
+    keys.iter()
+        .zip(hashes.iter())
+        .enumerate()
+        .map(|(i, (key, hash))| {
+            let key = key.unwrap_or_else(|| {
+                errors::null_argument(
+                    &format!("keys[{}]", i + 1),
+                    "Remove NULL elements from the batch.",
+                )
+                .raise()
+            });
+            let hash = hash.unwrap_or_else(|| {
+                errors::null_argument(
+                    &format!("request_hashes[{}]", i + 1),
+                    "Pass a hash for every key ('' to skip the check).",
+                )
+                .raise()
+            });
+            (key, hash)
+        })
+        .collect()
+}
+
+#[pg_extern(sql = false)]
+#[allow(clippy::type_complexity)]
+fn idem_claim_many<'a>(
+    tenant: Option<&'a str>,
+    keys: Option<Array<'a, &'a str>>,
+    request_hashes: Option<Array<'a, &'a str>>,
+    lease: Option<Interval>,
+    ttl: Option<Interval>,
+) -> TableIterator<
+    'static,
+    (
+        name!(key, String),
+        name!(outcome, String),
+        name!(fence, Option<i64>),
+        name!(attempt, Option<i32>),
+        name!(response_code, Option<i32>),
+        name!(response_body, Option<Jsonb>),
+        name!(lease_expires_at, Option<TimestampWithTimeZone>),
+        name!(expires_at, Option<TimestampWithTimeZone>),
+        name!(checkpoint_phase, Option<String>),
+        name!(checkpoint_data, Option<Jsonb>),
+    ),
+> {
+    let tenant = check(args::name(tenant, "tenant"));
+    tenants::check_access(tenant);
+    let pairs = batch(keys.as_ref(), request_hashes.as_ref());
+    let requests: Vec<ClaimRequest<'_>> = pairs
+        .iter()
+        .enumerate()
+        .map(|(i, (key, hash))| {
+            let argument = format!("keys[{}]", i + 1);
+            let (_, key) = check(args::tenant_and_key(Some(tenant), Some(key), &argument));
+            let hash = check(args::request_hash(Some(hash)));
+            (key, hash)
+        })
+        .map(|(key, hash)| {
+            let (lease_us, ttl_us) = lease_and_ttl(lease, ttl);
+            ClaimRequest {
+                tenant,
+                key,
+                request_hash: hashing::stored_request_hash(hash),
+                lease_us,
+                ttl_us,
+                reject_stale_uuidv7: guc::reject_stale_uuidv7(),
+            }
+        })
+        .collect();
+    let now = clock();
+    // in input order, so that a key repeated in the batch meets its own earlier claim
+    let outcomes: Vec<ClaimOutcome> = store::with_client(|client| {
+        requests
+            .iter()
+            .map(|r| store::claim(client, r, now))
+            .collect()
+    });
+    let rows: Vec<_> = requests
+        .iter()
+        .zip(outcomes)
+        .map(|(request, outcome)| {
+            record_outcome(tenant, &outcome);
+            claim_row(request.key, outcome)
+        })
+        .collect();
+    TableIterator::new(rows)
+}
+
+#[pg_extern(sql = false)]
+fn idem_checkpoint(
+    tenant: Option<&str>,
+    key: Option<&str>,
+    fence: Option<i64>,
+    phase: Option<&str>,
+    data: Option<Jsonb>,
+) {
+    let target = fenced("idem_checkpoint", tenant, key, fence);
+    let phase = check(args::label(
+        phase,
+        "phase",
+        "Name the step the attempt has finished, such as 'charged'.",
+    ));
+    let data = check(args::payload(data, "data"));
+    let now = clock();
+    let done = store::with_client(|client| store::checkpoint(client, &target, phase, data, now));
+    unless_refused(&target, done);
+}
+
+#[pg_extern(sql = false)]
+fn idem_assert_fence(tenant: Option<&str>, key: Option<&str>, fence: Option<i64>) {
+    let target = fenced("idem_assert_fence", tenant, key, fence);
+    unless_refused(
+        &target,
+        store::with_client(|client| store::assert_fence(client, &target)),
+    );
+}
+
+#[pg_extern(sql = false)]
+fn idem_downstream_key(tenant: Option<&str>, key: Option<&str>, step: Option<&str>) -> pgrx::Uuid {
+    let (tenant, key) = check(args::tenant_and_key(tenant, key, "key"));
+    let step = check(args::label(
+        step,
+        "step",
+        "Name the external call, such as 'charge'.",
+    ));
+    pgrx::Uuid::from_bytes(*hashing::downstream_key(tenant, key, step).as_bytes())
+}
