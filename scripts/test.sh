@@ -11,6 +11,7 @@
 #   clients        client suites against real servers   cargo test -p pg_idem_tests
 #                  (core: sessions, security, concurrency, upgrade, hardening, tenant_grants;
 #                  full: all of tests/Cargo.toml's)
+#   golden         messages, declarations, usage        tests/pg_regress/run.sh (full only)
 #   isolation      deterministic interleavings          tests/isolation/run.sh (full only)
 #   examples       the Python and Node.js examples       examples/run.sh (full only)
 # and once: lint (cargo fmt --check, cargo clippy -D warnings, META.json's version), the
@@ -126,6 +127,7 @@ for major in "${versions[@]}"; do
     step "pg$major-install" with_pg "$major" scripts/install.sh --debug
     if is_full "$major"; then
         step "pg$major-clients" with_pg "$major" cargo test --no-fail-fast -p pg_idem_tests
+        step "pg$major-golden" with_pg "$major" tests/pg_regress/run.sh
         step "pg$major-isolation" with_pg "$major" tests/isolation/run.sh
         step "pg$major-examples" with_pg "$major" examples/run.sh
     else

@@ -158,7 +158,7 @@ pub fn label<'a>(value: Option<&'a str>, argument: &str, hint: &str) -> Result<&
                 "It has {} characters; at most {MAX_LABEL_CHARS} are accepted.",
                 value.chars().count()
             ),
-            "Name the step, such as 'charged'; keep its data in the jsonb argument.",
+            hint,
         ));
     }
     Ok(value)

@@ -152,7 +152,7 @@ fn idem_checkpoint(
     let phase = check(args::label(
         phase,
         "phase",
-        "Name the step the attempt has finished, such as 'charged'.",
+        "Name the step the attempt has finished, such as 'charged'; keep what it produced in data.",
     ));
     let data = check(args::payload(data, "data"));
     let now = clock();
