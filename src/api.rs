@@ -361,3 +361,319 @@ pub fn claim_row(key: &str, outcome: ClaimOutcome) -> ClaimRow {
         c.checkpoint_data,
     )
 }
+
+/// In-server tests: each runs inside one transaction that is rolled back afterwards; what needs
+/// several sessions is tested through real client connections in tests/.
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[allow(unused_imports)]
+    use crate::testing::*;
+
+    #[pg_test]
+    fn every_claim_outcome() {
+        let (o, f1, a) = claim3("every_claim_outcome", "k", "h");
+        assert_eq!((o.as_str(), a), ("claimed", Some(1)));
+        let f1 = f1.expect("fence");
+        let (o, f, _) = claim3("every_claim_outcome", "k", "h");
+        assert_eq!(
+            (o.as_str(), f),
+            ("in_progress", None),
+            "a claim held by this transaction"
+        );
+        assert_eq!(claim3("every_claim_outcome", "k", "other").0, "mismatch");
+        Spi::run(&format!(
+            "SELECT idem_complete('every_claim_outcome', 'k', {f1}, 201, '{{\"id\": 1}}')"
+        ))
+        .unwrap();
+        assert_eq!(claim3("every_claim_outcome", "k", "h").0, "completed");
+        assert_eq!(
+            one_text("SELECT response_body::text FROM idem_claim('every_claim_outcome', 'k', 'h')")
+                .as_deref(),
+            Some(r#"{"id": 1}"#)
+        );
+        let (_, f2, _) = claim3("every_claim_outcome", "k2", "h");
+        Spi::run(&format!(
+            "SELECT idem_fail_final('every_claim_outcome', 'k2', {}, 402, NULL)",
+            f2.unwrap()
+        ))
+        .unwrap();
+        assert_eq!(claim3("every_claim_outcome", "k2", "h").0, "failed");
+        assert_eq!(
+            one_i64(
+                "SELECT response_code::bigint FROM idem_claim('every_claim_outcome', 'k2', 'h')"
+            ),
+            Some(402)
+        );
+        Spi::run("SET LOCAL pg_idem.reject_stale_uuidv7 = on").unwrap();
+        assert_eq!(
+            claim3(
+                "every_claim_outcome",
+                "00000000-0000-7000-8000-000000000000",
+                "h"
+            )
+            .0,
+            "stale_key"
+        );
+    }
+
+    #[pg_test]
+    fn mismatch_and_replays_reveal_no_fence() {
+        let (_, f, _) = claim3("mismatch_and_replays_reveal_no_fence", "k", "h");
+        Spi::run(&format!(
+            "SELECT idem_complete('mismatch_and_replays_reveal_no_fence', 'k', {}, 200)",
+            f.unwrap()
+        ))
+        .unwrap();
+        let hidden = one_i64("SELECT count(*) FROM idem_claim('mismatch_and_replays_reveal_no_fence', 'k', 'x') WHERE fence IS NULL AND attempt IS NULL \
+                              AND response_code IS NULL AND response_body IS NULL AND expires_at IS NULL");
+        assert_eq!(hidden, Some(1));
+        assert_eq!(one_i64("SELECT count(*) FROM idem_claim('mismatch_and_replays_reveal_no_fence', 'k', 'h') WHERE fence IS NULL"), Some(1));
+    }
+
+    // A #[pg_test] is one transaction, and a takeover needs another one: takeovers are tested through
+    // real sessions (tests/sessions.rs, tests/extras.rs). Inside the transaction that holds the key,
+    // an expired lease is no reason to take its own key over.
+    #[pg_test]
+    fn own_claim_past_its_lease_stays_in_progress() {
+        let t = "own_claim_past_its_lease_stays_in_progress";
+        let f1 = one_i64(&format!(
+            "SELECT fence FROM idem_claim('{t}', 'k', 'h', '10 ms')"
+        ))
+        .unwrap();
+        Spi::run("SELECT pg_sleep(0.05)").unwrap();
+        assert_eq!(
+            claim3(t, "k", "other").0,
+            "mismatch",
+            "another hash is still a mismatch"
+        );
+        let (o, f2, a) = claim3(t, "k", "h");
+        assert_eq!(
+            (o.as_str(), f2, a),
+            ("in_progress", None, Some(1)),
+            "no takeover of its own claim"
+        );
+        assert_eq!(
+            sqlstate_of(&format!("SELECT idem_complete('{t}', 'k', {f1}, 200)")),
+            "00000",
+            "its fence still holds"
+        );
+    }
+
+    #[pg_test]
+    fn release_forget_and_purge() {
+        let f1 = claim3("release_forget_and_purge", "k", "h").1.unwrap();
+        Spi::run(&format!(
+            "SELECT idem_release('release_forget_and_purge', 'k', {f1})"
+        ))
+        .unwrap();
+        let (o, f2, a) = claim3("release_forget_and_purge", "k", "h");
+        assert_eq!(
+            (o.as_str(), a),
+            ("claimed", Some(1)),
+            "a released key is claimed afresh"
+        );
+        assert!(f2.unwrap() > f1);
+        assert_eq!(
+            Spi::get_one::<bool>("SELECT idem_forget('release_forget_and_purge', 'k')").unwrap(),
+            Some(true)
+        );
+        assert_eq!(
+            Spi::get_one::<bool>("SELECT idem_forget('release_forget_and_purge', 'k')").unwrap(),
+            Some(false)
+        );
+        // expired: completed with a 1 ms ttl; kept: a live lease outliving its ttl
+        let f3 = one_i64(
+            "SELECT fence FROM idem_claim('release_forget_and_purge', 'gone', 'h', '1 ms', '1 ms')",
+        )
+        .unwrap();
+        Spi::run(&format!(
+            "SELECT idem_complete('release_forget_and_purge', 'gone', {f3}, 200)"
+        ))
+        .unwrap();
+        Spi::run("SELECT idem_claim('release_forget_and_purge', 'kept', 'h', '1 min', '1 ms')")
+            .unwrap();
+        Spi::run("SELECT pg_sleep(0.02)").unwrap();
+        assert_eq!(one_i64("SELECT idem_purge()"), Some(1));
+        assert_eq!(
+            one_i64("SELECT count(*) FROM idem.keys WHERE key = 'kept'"),
+            Some(1)
+        );
+        assert_eq!(one_i64("SELECT idem_purge(0)"), Some(0));
+    }
+
+    #[pg_test]
+    fn expired_key_counts_as_absent() {
+        let f = one_i64("SELECT fence FROM idem_claim('expired_key_counts_as_absent', 'k', 'h', '1 ms', '1 ms')").unwrap();
+        Spi::run(&format!(
+            "SELECT idem_complete('expired_key_counts_as_absent', 'k', {f}, 200)"
+        ))
+        .unwrap();
+        Spi::run("SELECT pg_sleep(0.02)").unwrap();
+        let (o, _, a) = claim3("expired_key_counts_as_absent", "k", "another hash");
+        assert_eq!((o.as_str(), a), ("claimed", Some(1)));
+    }
+
+    #[pg_test]
+    fn fenced_operations_return_the_new_times() {
+        let f = claim3("fenced_operations_return_the_new_times", "k", "h")
+            .1
+            .unwrap();
+        let lease = Spi::get_one::<bool>(&format!(
+            "SELECT t BETWEEN clock_timestamp() + '4 min' AND clock_timestamp() + '6 min' \
+             FROM idem_heartbeat('fenced_operations_return_the_new_times', 'k', {f}, '5 min') AS t"
+        ))
+        .unwrap();
+        assert_eq!(lease, Some(true));
+        let expires = Spi::get_one::<bool>(&format!(
+            "SELECT t BETWEEN clock_timestamp() + '23 hours' AND clock_timestamp() + '25 hours' \
+             FROM idem_complete('fenced_operations_return_the_new_times', 'k', {f}, 200) AS t"
+        ))
+        .unwrap();
+        assert_eq!(
+            expires,
+            Some(true),
+            "a completed key is replayed for the default ttl of 24 hours"
+        );
+    }
+
+    #[pg_test]
+    fn completes_are_hot_updates() {
+        // the columns idem_complete changes are not indexed, so its updates stay on the page
+        Spi::run(
+            "SELECT idem_complete('completes_are_hot_updates', 'k' || g, (idem_claim('completes_are_hot_updates', 'k' || g, 'h')).fence, 200, '{\"ok\": true}')
+             FROM generate_series(1, 500) AS g",
+        )
+        .unwrap();
+        let row = Spi::get_two::<i64, i64>(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relid = 'idem.keys'::regclass",
+        )
+        .unwrap();
+        let (updates, hot) = (row.0.unwrap_or(0), row.1.unwrap_or(0));
+        assert_eq!(updates, 500);
+        assert!(
+            hot * 100 >= updates * 95,
+            "only {hot} of {updates} completes were HOT"
+        );
+    }
+
+    #[pg_test]
+    fn request_hash_is_canonical() {
+        let same = Spi::get_one::<bool>(
+            "SELECT idem_request_hash('{\"b\": [1, 2.50], \"a\": {\"y\": null, \"x\": true}}')
+                  = idem_request_hash('{\"a\":{\"x\":true,\"y\":null},\"b\":[1,2.5]}')",
+        )
+        .unwrap();
+        assert_eq!(
+            same,
+            Some(true),
+            "key order, whitespace and number spelling do not matter"
+        );
+        assert_eq!(
+            one_text("SELECT idem_request_hash('{}'::jsonb)").as_deref(),
+            Some("44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"),
+            "SHA-256 of the canonical text {{}}"
+        );
+        let method = Spi::get_one::<bool>(
+            "SELECT idem_request_hash('post', '/v1/x', '{\"a\": 1}') = idem_request_hash('POST', '/v1/x', '{\"a\":1}')",
+        )
+        .unwrap();
+        assert_eq!(method, Some(true), "the method is case-insensitive");
+        let path = Spi::get_one::<bool>(
+            "SELECT idem_request_hash('POST', '/v1/x', '{}') <> idem_request_hash('POST', '/v1/X', '{}')",
+        )
+        .unwrap();
+        assert_eq!(path, Some(true), "the path is not");
+        let amounts = Spi::get_one::<bool>(
+            "SELECT idem_request_hash('{\"amount\": 12345678901234567890.1}') <> idem_request_hash('{\"amount\": 12345678901234567890.2}')",
+        )
+        .unwrap();
+        assert_eq!(amounts, Some(true), "numbers are never rounded");
+        assert_eq!(
+            one_text("SELECT idem_request_hash(NULL::jsonb)"),
+            one_text("SELECT idem_request_hash('null'::jsonb)")
+        );
+    }
+
+    /// Hashes computed outside pg_idem (Python's hashlib over the canonical text written out by hand
+    /// from the documented rules): the canonical form must never change, or every stored request
+    /// hash would turn into a mismatch after an upgrade.
+    #[pg_test]
+    fn request_hash_matches_independently_computed_vectors() {
+        let vectors: &[(&str, &str)] = &[
+            (
+                r#"{"b": [1, 2.50, -0, 1E2, 0.000100], "a": {"y": null, "x": true}, "é": "tab\there \"q\" \\ \u0001", "z": 12345678901234567890.10, "": false}"#,
+                "1561978ba4ea209c86e31d5450fd1bb3353e10f3e08c634d7539af00da178e86",
+            ),
+            (
+                r#""just a string""#,
+                "3fe01def54b1c6cd795b2ebfcbab64150f6a507bce043040c662c682eebfed1e",
+            ),
+            (
+                r#"[]"#,
+                "4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945",
+            ),
+            (
+                r#"3.0"#,
+                "4e07408562bedb8b60ce05c1decfe3ad16b72230967de01f640b7e4729b49fce",
+            ),
+            (
+                r#"null"#,
+                "74234e98afe7498fb5daf1f36ac2d78acc339464f950703b8c019892f982b90b",
+            ),
+            (
+                r#"{"bb":1,"a":2,"ab":3,"b":4}"#,
+                "23e0acb302d2892225ab8b841182377e6b60d0d913600d8fa322cc817101f394",
+            ),
+            (
+                r#"{"k": "😀\u00e9"}"#,
+                "1b4bb2235fca6cd7ab1667b19805b22809f55f80894fd5a12e2e7dae1558ed8d",
+            ),
+            (
+                r#"[1, "a", 2.5, [true, "bc", 3], {"x": "yz", "w": 1.10}]"#,
+                "7d674b3652d809458dbd997ad2803dfed506ec21af75bf3ce8bde9ddf5b864bd",
+            ),
+        ];
+        for (input, expected) in vectors {
+            let got = Spi::get_one_with_args::<String>(
+                "SELECT idem_request_hash($1::jsonb)",
+                &[(*input).into()],
+            )
+            .unwrap();
+            assert_eq!(
+                got.as_deref(),
+                Some(*expected),
+                "idem_request_hash({input})"
+            );
+        }
+        // more than 32 members: jsonb stores every 32nd entry as an offset, not a length
+        assert_eq!(
+            one_text("SELECT idem_request_hash(jsonb_object_agg('k' || g, g)) FROM generate_series(0, 99) AS g").as_deref(),
+            Some("64e8d1c7cf2b2eb4be855a4fa6a5721be90147bf298b12b1d8ec72d2d67f7a13")
+        );
+        assert_eq!(
+            one_text("SELECT idem_request_hash('post', '/v1/Charges', '{\"amount\": 42.00}')")
+                .as_deref(),
+            Some("c0b3ca64c800022b85777c978d374b51eb7765a3d0a7c9181f33c0eb711e91ef"),
+            "the canonical [\"POST\",\"/v1/Charges\",{{\"amount\":42}}]"
+        );
+    }
+
+    #[pg_test]
+    fn new_keys_are_time_ordered_uuidv7() {
+        let v = Spi::get_one::<bool>(
+            "WITH k AS (SELECT idem_new_key() AS a, idem_new_key() AS b)
+             SELECT substr(a::text, 15, 1) = '7' AND a <> b FROM k",
+        )
+        .unwrap();
+        assert_eq!(v, Some(true));
+        let ordered = Spi::get_one::<bool>(
+            "WITH k AS (SELECT idem_new_key() AS a), w AS (SELECT pg_sleep(0.005)), l AS (SELECT idem_new_key() AS b FROM w)
+             SELECT a < b FROM k, l",
+        )
+        .unwrap();
+        assert_eq!(ordered, Some(true));
+    }
+}

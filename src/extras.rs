@@ -179,3 +179,33 @@ fn idem_downstream_key(tenant: Option<&str>, key: Option<&str>, step: Option<&st
     ));
     pgrx::Uuid::from_bytes(*hashing::downstream_key(tenant, key, step).as_bytes())
 }
+
+/// In-server tests: each runs inside one transaction that is rolled back afterwards; what needs
+/// several sessions is tested through real client connections in tests/.
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[allow(unused_imports)]
+    use crate::testing::*;
+
+    #[pg_test]
+    fn claim_many_keeps_input_order() {
+        let outcomes = one_text(
+            "SELECT string_agg(key || ':' || outcome, ',') FROM idem_claim_many('claim_many_keeps_input_order', ARRAY['a', 'b', 'a'], ARRAY['h', 'h', 'x'])",
+        );
+        assert_eq!(outcomes.as_deref(), Some("a:claimed,b:claimed,a:mismatch"));
+        assert_eq!(sqlstate_of("SELECT idem_claim_many('claim_many_keeps_input_order', ARRAY['a'], ARRAY['h', 'h'])"), "22023");
+        Spi::run("SET LOCAL pg_idem.max_batch_keys = 2").unwrap();
+        assert_eq!(sqlstate_of("SELECT idem_claim_many('claim_many_keeps_input_order', ARRAY['a', 'b', 'c'], ARRAY['h', 'h', 'h'])"), "54000");
+    }
+
+    #[pg_test]
+    fn downstream_key_is_the_documented_uuidv5() {
+        assert_eq!(
+            one_text("SELECT idem_downstream_key('t', 'k', 'charge')::text").as_deref(),
+            Some("3dd205ce-246b-5aac-a799-e95732144788")
+        );
+    }
+}

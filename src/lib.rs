@@ -64,15 +64,7 @@ pub extern "C-unwind" fn _PG_init() {
 }
 
 #[cfg(any(test, feature = "pg_test"))]
-#[pg_schema]
-mod tests {
-    use pgrx::prelude::*;
-
-    include!("../pgrx-tests/helpers.rs");
-    include!("../pgrx-tests/core.rs");
-    include!("../pgrx-tests/hashing.rs");
-    include!("../pgrx-tests/extras.rs");
-}
+mod testing;
 
 /// Required by `cargo pgrx test`.
 #[cfg(test)]

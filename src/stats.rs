@@ -325,3 +325,44 @@ fn idem_stats_reset() -> bool {
     reset(crate::time::clock());
     available()
 }
+
+/// In-server tests: each runs inside one transaction that is rolled back afterwards; what needs
+/// several sessions is tested through real client connections in tests/.
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[allow(unused_imports)]
+    use crate::testing::*;
+
+    #[pg_test]
+    fn counters_count_outcomes() {
+        // tests run side by side in one server: look at this test's own tenant only
+        let counts = || {
+            Spi::get_three::<i64, i64, i64>(
+                "SELECT sum(claims)::bigint, sum(in_progress)::bigint, sum(mismatches)::bigint \
+                 FROM idem_tenant_counters() WHERE tenant = 'counters_count_outcomes'",
+            )
+            .unwrap()
+        };
+        let before = counts();
+        claim3("counters_count_outcomes", "k", "h");
+        claim3("counters_count_outcomes", "k", "h");
+        claim3("counters_count_outcomes", "k", "x");
+        let after = counts();
+        let delta = |a: Option<i64>, b: Option<i64>| a.unwrap_or(0) - b.unwrap_or(0);
+        assert_eq!(
+            (
+                delta(after.0, before.0),
+                delta(after.1, before.1),
+                delta(after.2, before.2)
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!(
+            one_i64("SELECT keys_in_progress FROM idem_tenant_stats() WHERE tenant = 'counters_count_outcomes'"),
+            Some(1)
+        );
+    }
+}

@@ -115,3 +115,45 @@ fn idem_reset_watermark(
         previous
     })
 }
+
+/// In-server tests: each runs inside one transaction that is rolled back afterwards; what needs
+/// several sessions is tested through real client connections in tests/.
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[allow(unused_imports)]
+    use crate::testing::*;
+
+    #[pg_test]
+    fn watermarks_move_only_forward() {
+        assert_eq!(
+            one_text("SELECT outcome FROM idem_claim_seq('watermarks_move_only_forward', 's', 5)")
+                .as_deref(),
+            Some("new")
+        );
+        assert_eq!(
+            one_text("SELECT outcome FROM idem_claim_seq('watermarks_move_only_forward', 's', 5)")
+                .as_deref(),
+            Some("duplicate")
+        );
+        assert_eq!(
+            one_i64("SELECT watermark FROM idem_claim_seq('watermarks_move_only_forward', 's', 4)"),
+            Some(5)
+        );
+        assert_eq!(
+            one_i64("SELECT idem_reset_watermark('watermarks_move_only_forward', 's', 1)"),
+            Some(5)
+        );
+        assert_eq!(
+            one_i64("SELECT idem_watermark('watermarks_move_only_forward', 's')"),
+            Some(1)
+        );
+        assert_eq!(
+            one_text("SELECT outcome FROM idem_claim_seq('watermarks_move_only_forward', 's', 2)")
+                .as_deref(),
+            Some("new")
+        );
+    }
+}

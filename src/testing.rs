@@ -1,9 +1,12 @@
-// Helpers of the in-server tests. Each #[pg_test] runs inside one transaction that is rolled
-// back afterwards; behaviour across sessions is tested through real client connections in tests/.
+//! Helpers of the in-server tests (the `mod tests` of each SQL module). Each #[pg_test] runs
+//! inside one transaction that is rolled back afterwards; behaviour across sessions is tested
+//! through real client connections in tests/.
+
+use pgrx::prelude::*;
 
 /// A PL/pgSQL wrapper that runs a statement in a subtransaction and returns its SQLSTATE
 /// ('00000' when it succeeded), so that one test can check many errors.
-fn sqlstate_of(sql: &str) -> String {
+pub fn sqlstate_of(sql: &str) -> String {
     Spi::run(
         "CREATE OR REPLACE FUNCTION pg_temp.sqlstate_of(statement text) RETURNS text LANGUAGE plpgsql AS $f$
          BEGIN EXECUTE statement; RETURN '00000';
@@ -15,16 +18,16 @@ fn sqlstate_of(sql: &str) -> String {
         .unwrap_or_default()
 }
 
-fn one_text(sql: &str) -> Option<String> {
+pub fn one_text(sql: &str) -> Option<String> {
     Spi::get_one::<String>(sql).expect(sql)
 }
 
-fn one_i64(sql: &str) -> Option<i64> {
+pub fn one_i64(sql: &str) -> Option<i64> {
     Spi::get_one::<i64>(sql).expect(sql)
 }
 
 /// (outcome, fence, attempt) of a claim.
-fn claim3(tenant: &str, key: &str, hash: &str) -> (String, Option<i64>, Option<i32>) {
+pub fn claim3(tenant: &str, key: &str, hash: &str) -> (String, Option<i64>, Option<i32>) {
     Spi::connect(|c| {
         let row = c
             .select(
