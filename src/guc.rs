@@ -138,13 +138,13 @@ pub fn init() {
     reserve_prefix();
 }
 
-#[cfg(any(feature = "pg13", feature = "pg14"))]
+#[cfg(feature = "pg14")]
 fn reserve_prefix() {
     // SAFETY: a NUL-terminated static prefix, called from _PG_init.
     unsafe { pgrx::pg_sys::EmitWarningsOnPlaceholders(c"pg_idem".as_ptr()) }
 }
 
-#[cfg(not(any(feature = "pg13", feature = "pg14")))]
+#[cfg(not(feature = "pg14"))]
 fn reserve_prefix() {
     // SAFETY: a NUL-terminated static prefix, called from _PG_init.
     unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"pg_idem".as_ptr()) }
