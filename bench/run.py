@@ -21,13 +21,11 @@ import datetime as dt
 import glob
 import json
 import os
-import platform
 import re
 import shlex
 import shutil
 import signal
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -48,16 +46,9 @@ REQUEST_HASH = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
 SMALL_BODY = ("jsonb_build_object('payment_id', {i}, 'status', 'succeeded', "
               "'amount_cents', 1000 + {i} % 9000, 'currency', 'EUR')")
 
-# (name, clients) pairs are built from these; `contended` always runs at --contended-clients.
-SCENARIOS = ["bare", "handrolled", "pg_idem", "replay", "lease", "contended"]
-DESCRIPTIONS = {
-    "bare": "business INSERT alone, in a transaction (the floor)",
-    "handrolled": "INSERT .. ON CONFLICT DO NOTHING into handrolled_keys + business INSERT + UPDATE storing the response",
-    "pg_idem": "idem_claim + business INSERT + idem_complete, one transaction, fresh keys",
-    "replay": "idem_claim on keys already completed (duplicate path), one statement",
-    "lease": "lease mode: claim + commit, then business INSERT + idem_complete in a second transaction",
-    "contended": "half the requests repeat a key in flight or done; only 'claimed' inserts and completes",
-}
+from scenario_list import SCENARIOS  # noqa: E402
+from environment import environment  # noqa: E402
+import render  # noqa: E402
 
 FILL_WORKERS = 2           # parallel fill sessions
 
@@ -781,6 +772,7 @@ def run_sizes_and_purge(server: Server, args, workdir: str, results: dict) -> li
         log(f"sizes: filling {n} handrolled keys ({'small body' if body else 'no body'})")
         rate_hr = fill_handrolled(server, n, "size", body=body, ttl="1 ms")
         out["fill_rate_handrolled"] = rate_hr
+        out["fill_workers"] = FILL_WORKERS
         out["handrolled_body" if body else "handrolled_nobody"] = rel_size(server, "handrolled_keys")
     # the reference purge runs under the same claim load: what a bare DELETE of as many rows
     # does to claim latency on this machine (on 2 CPUs, any busy backend takes half of it)
@@ -809,442 +801,6 @@ def run_sizes_and_purge(server: Server, args, workdir: str, results: dict) -> li
 
 # ------------------------------------------------------------------------------------------------
 # Environment
-# ------------------------------------------------------------------------------------------------
-
-def elf_section_names(path: str) -> set[str]:
-    """Section names of an ELF64 little-endian shared object (enough to spot debug info)."""
-    try:
-        with open(path, "rb") as f:
-            ident = f.read(64)
-            if ident[:4] != b"\x7fELF" or ident[4] != 2:
-                return set()
-            e_shoff = struct.unpack_from("<Q", ident, 0x28)[0]
-            e_shentsize, e_shnum, e_shstrndx = struct.unpack_from("<HHH", ident, 0x3A)
-            f.seek(e_shoff)
-            sh = f.read(e_shentsize * e_shnum)
-            def sect(i):
-                return struct.unpack_from("<IIQQQQIIQQ", sh, i * e_shentsize)
-            strtab = sect(e_shstrndx)
-            f.seek(strtab[4])
-            names = f.read(strtab[5])
-            out = set()
-            for i in range(e_shnum):
-                off = sect(i)[0]
-                out.add(names[off:names.index(b"\0", off)].decode(errors="replace"))
-            return out
-    except (OSError, struct.error, ValueError):
-        return set()
-
-
-def environment(server: Server) -> dict:
-    env = {}
-    env["cpus"] = os.cpu_count()
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-        m = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
-        env["cpu_model"] = m.group(1).strip() if m else platform.processor()
-        mem = re.search(r"^MemTotal:\s*(\d+) kB", Path("/proc/meminfo").read_text(), re.M)
-        env["memory_gib"] = round(int(mem.group(1)) / 1024 / 1024, 1) if mem else None
-    except OSError:
-        env["cpu_model"] = platform.processor()
-    env["kernel"] = platform.release()
-    env["python"] = platform.python_version()
-    env["postgres"] = server.value("SELECT version()")
-    env["pgbench"] = subprocess.run(["pgbench", "--version"], capture_output=True, text=True).stdout.strip()
-    env["pg_idem_version"] = server.value("SELECT extversion FROM pg_extension WHERE extname = 'pg_idem'")
-    libdir = server.value("SELECT setting FROM pg_config() WHERE name = 'PKGLIBDIR'")
-    so = os.path.join(libdir, "pg_idem.so")
-    try:
-        st = os.stat(so)
-        sections = elf_section_names(so)
-        debug = ".debug_info" in sections
-        env["pg_idem_so"] = {
-            "path": so, "bytes": st.st_size,
-            "mtime": dt.datetime.fromtimestamp(st.st_mtime).isoformat(timespec="seconds"),
-            "debug_info": debug,
-            "profile_guess": ("debug (has .debug_info; unoptimised dev profile likely)"
-                              if debug and st.st_size > 20_000_000 else
-                              "release (no .debug_info)" if not debug else
-                              "release with debug info"),
-        }
-    except OSError:
-        env["pg_idem_so"] = {"path": so, "profile_guess": "unknown"}
-    names = ["shared_buffers", "synchronous_commit", "fsync", "wal_level", "max_wal_size",
-             "checkpoint_timeout", "full_page_writes", "wal_compression", "autovacuum",
-             "max_connections", "shared_preload_libraries", "pg_idem.purge_interval",
-             "pg_idem.purge_batch_size", "pg_idem.database", "work_mem", "default_transaction_isolation",
-             "lc_collate", "jit", "wal_sync_method", "huge_pages"]
-    rows = server.rows("SELECT name, current_setting(name) FROM pg_settings WHERE name IN ("
-                       + ",".join(f"'{n}'" for n in names) + ") ORDER BY name")
-    env["settings"] = {k: v for k, v in rows}
-    return env
-
-
-# ------------------------------------------------------------------------------------------------
-# Report
-# ------------------------------------------------------------------------------------------------
-
-def summarize(results: dict) -> dict:
-    summ = {}
-    for key, recs in results.get("runs", {}).items():
-        ok = [r for r in recs if r["tps"] is not None]
-        s = {
-            "rounds": len(recs),
-            "tps": median([r["tps"] for r in ok]),
-            "tps_min": min((r["tps"] for r in ok), default=None),
-            "tps_max": max((r["tps"] for r in ok), default=None),
-            "p50_ms": median([r["p50_ms"] for r in ok]),
-            "p99_ms": median([r["p99_ms"] for r in ok]),
-            "wal_bytes_per_txn": median([r["wal_bytes_per_txn"] for r in ok]),
-            "wal_fpi_per_txn": median([r["wal_fpi_per_txn"] for r in ok]),
-            "keys_bytes_per_key": median([r.get("keys_bytes_per_key") for r in ok]),
-            "txns": sum(r["txns"] for r in recs),
-            "other_cpu_max": max((r.get("other_cpu_share") or 0 for r in recs), default=0),
-            "steal_max": max((r.get("steal_share") or 0 for r in recs), default=0),
-            "cal_ms": median([r.get("cpu_cal_ms") for r in recs]),
-        }
-        iu = sum(r["idem_upd"] for r in recs)
-        ih = sum(r["idem_hot"] for r in recs)
-        hu = sum(r["hr_upd"] for r in recs)
-        hh = sum(r["hr_hot"] for r in recs)
-        s["idem_hot_share"] = ih / iu if iu else None
-        s["hr_hot_share"] = hh / hu if hu else None
-        s["idem_updates"], s["hr_updates"] = iu, hu
-        outs = [r["outcomes"] for r in recs if "outcomes" in r]
-        if outs:
-            s["outcomes"] = {k: sum(o[k] for o in outs) for k in outs[0]}
-        summ[key] = s
-    return summ
-
-
-def fmt(x, nd=1, unit=""):
-    if x is None:
-        return "n/a"
-    if isinstance(x, float):
-        return f"{x:,.{nd}f}{unit}"
-    return f"{x:,}{unit}"
-
-
-def svg_chart(summ: dict, scenarios: list[str], clients: list[int], contended_clients: int,
-              title: str) -> str:
-    groups = [s for s in scenarios if any(k.startswith(s + "@") for k in summ)]
-    counts = sorted(set(clients) | ({contended_clients} if "contended" in groups else set()))
-    colors = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756"]
-    vals = [summ[k]["tps"] or 0 for k in summ]
-    vmax = max(vals) if vals else 1
-    # a round axis: 5 steps of 1, 2, 2.5 or 5 times a power of ten
-    raw = max(1.0, vmax * 1.1) / 5
-    mag = 10 ** int(len(str(int(raw))) - 1)
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    top = step * 5
-    W, H, L, R, T, B = 900, 440, 70, 20, 50, 70
-    pw, ph = W - L - R, H - T - B
-    gw = pw / max(1, len(groups))
-    bars_per_group = len(counts)
-    bw = min(42, (gw - 20) / max(1, bars_per_group))
-    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
-         f'font-family="Helvetica,Arial,sans-serif" font-size="12">',
-         f'<rect width="{W}" height="{H}" fill="white"/>',
-         f'<text x="{W / 2}" y="24" text-anchor="middle" font-size="16" font-weight="bold">{title}</text>']
-    for i in range(6):
-        v = top * i / 5
-        y = T + ph - ph * v / top
-        o.append(f'<line x1="{L}" y1="{y:.1f}" x2="{W - R}" y2="{y:.1f}" stroke="#ddd"/>')
-        o.append(f'<text x="{L - 6}" y="{y + 4:.1f}" text-anchor="end">{v:,.0f}</text>')
-    o.append(f'<text x="16" y="{T + ph / 2}" transform="rotate(-90 16 {T + ph / 2})" '
-             f'text-anchor="middle">transactions per second (median of rounds)</text>')
-    for gi, g in enumerate(groups):
-        present = [c for c in counts if f"{g}@{c}" in summ]
-        x0 = L + gi * gw + (gw - bw * len(present)) / 2
-        for bi, c in enumerate(present):
-            s = summ[f"{g}@{c}"]
-            v = s["tps"] or 0
-            h = ph * v / top
-            x = x0 + bi * bw
-            y = T + ph - h
-            col = colors[counts.index(c) % len(colors)]
-            o.append(f'<rect x="{x + 2:.1f}" y="{y:.1f}" width="{bw - 4:.1f}" height="{h:.1f}" fill="{col}">'
-                     f'<title>{g} @ {c} clients: {v:,.0f} tps</title></rect>')
-            ytext = y
-            if s["tps_min"] is not None and s["tps_max"] is not None and s["rounds"] > 1:
-                y1 = T + ph - ph * s["tps_min"] / top
-                y2 = T + ph - ph * s["tps_max"] / top
-                xm = x + bw / 2
-                o.append(f'<line x1="{xm:.1f}" y1="{y1:.1f}" x2="{xm:.1f}" y2="{y2:.1f}" stroke="#333"/>')
-                ytext = min(y, y2)
-            o.append(f'<text x="{x + bw / 2:.1f}" y="{ytext - 5:.1f}" text-anchor="middle" font-size="10">'
-                     f'{v:,.0f}</text>')
-        o.append(f'<text x="{L + gi * gw + gw / 2:.1f}" y="{T + ph + 18}" text-anchor="middle" '
-                 f'font-weight="bold">{g}</text>')
-    o.append(f'<line x1="{L}" y1="{T + ph}" x2="{W - R}" y2="{T + ph}" stroke="#333"/>')
-    lx = L
-    for c in counts:
-        col = colors[counts.index(c) % len(colors)]
-        o.append(f'<rect x="{lx}" y="{H - 28}" width="14" height="14" fill="{col}"/>')
-        o.append(f'<text x="{lx + 20}" y="{H - 17}">{c} client{"s" if c != 1 else ""}</text>')
-        lx += 110
-    o.append(f'<text x="{W - R}" y="{H - 17}" text-anchor="end" fill="#555">whiskers: min-max over rounds</text>')
-    o.append("</svg>")
-    return "\n".join(o) + "\n"
-
-
-def target_line(name: str, value, target, higher_is_better=True, unit="x", fmt_v=None):
-    """One row of the targets table: met/missed and the gap."""
-    fv = fmt_v or (lambda v: f"{v:.2f}{unit}")
-    if value is None or target is None:
-        return f"| {name} | n/a | {fv(target) if target is not None else 'n/a'} | not measured |"
-    met = value >= target if higher_is_better else value <= target
-    if met:
-        verdict = "**met**"
-    else:
-        if higher_is_better:
-            gap = (target - value) / target * 100
-            verdict = f"**missed** by {gap:.1f}% (needs {target / value:.2f}x more)" if value > 0 else "**missed**"
-        else:
-            gap = (value - target) / target * 100
-            verdict = f"**missed** by {gap:.1f}% over"
-    return f"| {name} | {fv(value)} | {'≥' if higher_is_better else '≤'} {fv(target)} | {verdict} |"
-
-
-def write_report(out: Path, args, results: dict, summ: dict, problems: list[str]) -> None:
-    env = results.get("environment", {})
-    clients = args.clients
-    lines = []
-    L = lines.append
-    L("# pg_idem benchmark report")
-    L("")
-    L(f"Generated {results['finished_at']} by `{results['command']}` "
-      f"({'SMOKE mode: numbers are not meaningful' if args.smoke else 'full mode'}; "
-      f"{args.rounds} round(s) x {args.duration:g}s per run, {args.keys:,} keys for sizes/purge; "
-      f"total {results.get('elapsed_s', 0) / 60:.1f} min).")
-    L("")
-    if problems:
-        L("**Errors / failed checks:**")
-        L("")
-        for p in problems:
-            L(f"- {p}")
-        L("")
-    so = env.get("pg_idem_so", {})
-    L("## Environment")
-    L("")
-    L(f"- CPU: {env.get('cpus')} x {env.get('cpu_model')}, memory {env.get('memory_gib')} GiB, kernel {env.get('kernel')}")
-    L(f"- {env.get('postgres')}; {env.get('pgbench')}")
-    L(f"- pg_idem {env.get('pg_idem_version')}: `{so.get('path')}`, {fmt(so.get('bytes'), 0)} bytes, "
-      f"built {so.get('mtime')}, build profile: **{so.get('profile_guess')}**")
-    L(f"- Server settings: " + ", ".join(f"`{k} = {v}`" for k, v in env.get("settings", {}).items()))
-    L("- fsync and synchronous_commit are at their defaults (on): every commit waits for a WAL flush. "
-      "Server and pgbench share the same CPUs, connections go over TCP to 127.0.0.1.")
-    L(f"- pgbench `-M prepared`, `-j` = min(clients, 2); keys are random UUID strings, tenants `t1`..`t100`; "
-      f"tables are truncated and a CHECKPOINT taken before every run, so every run starts from empty "
-      f"tables (WAL per transaction then holds almost no full-page images: the pages are new). The purge worker is paused "
-      f"(`pg_idem.purge_interval = 0`) except during the purge measurement.")
-    L(f"- Runs per round in ABBA order (odd rounds forward, even rounds reversed): "
-      + ", ".join(results.get("matrix_order", [])))
-    L("")
-    L("## Throughput and latency")
-    L("")
-    L("![TPS per scenario and client count](tps.svg)")
-    L("")
-    noisy = {k: s for k, s in summ.items() if s.get("other_cpu_max", 0) > 0.05 or s.get("steal_max", 0) > 0.05}
-    if noisy:
-        L(f"**Noisy machine:** other processes (or the hypervisor, as steal time) took more than 5% of the CPUs during "
-          f"{len(noisy)} of {len(summ)} scenario/client combinations (column \"other CPU\", the "
-          f"worst round; see `other_top` in results.json). Numbers from those runs are not comparable; "
-          f"rerun on an idle machine.")
-        L("")
-    L("| scenario | clients | TPS (median) | TPS min-max | p50 ms | p99 ms | WAL B/txn | FPI/txn | HOT share of updates | keys table B/key | other CPU | steal | CPU cal. ms |")
-    L("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for sc in SCENARIOS:
-        for key in sorted([k for k in summ if k.startswith(sc + "@")], key=lambda k: int(k.split("@")[1])):
-            s = summ[key]
-            c = key.split("@")[1]
-            hot = s["hr_hot_share"] if sc == "handrolled" else s["idem_hot_share"]
-            hot_s = f"{hot * 100:.1f}%" if hot is not None else "-"
-            L(f"| {sc} | {c} | {fmt(s['tps'])} | {fmt(s['tps_min'], 0)}-{fmt(s['tps_max'], 0)} | "
-              f"{fmt(s['p50_ms'], 3)} | {fmt(s['p99_ms'], 3)} | {fmt(s['wal_bytes_per_txn'], 0)} | "
-              f"{fmt(s['wal_fpi_per_txn'], 2)} | {hot_s} | {fmt(s['keys_bytes_per_key'], 0)} | "
-              f"{s.get('other_cpu_max', 0) * 100:.0f}% | {s.get('steal_max', 0) * 100:.0f}% | "
-              f"{fmt(s.get('cal_ms'), 0)} |")
-    L("")
-    L("HOT share: `n_tup_hot_upd / n_tup_upd` from `pg_stat_user_tables` over all rounds, for "
-      "`idem.keys` (pg_idem scenarios: the updates are the `idem_complete` calls) and for "
-      "`handrolled_keys` (handrolled: the response UPDATE). Keys table B/key: table plus index bytes "
-      "of the keys table right after the run divided by its keys (no VACUUM; a few thousand to a few "
-      "hundred thousand keys), a cross-check of the storage section below. Other CPU: CPU time of "
-      "processes other than postgres and pgbench during the run, as a share of all CPUs (worst round); "
-      "above a few percent the run was disturbed. Steal: CPU time the hypervisor gave to other guests "
-      "(`/proc/stat`), same scale. CPU cal.: milliseconds of a fixed CPU-bound query "
-      "(`count(*)` over `generate_series(1, 1000000)`, best of 3) just before the run (median of rounds); "
-      "when it moves, the machine's speed moved with it.")
-    cals = [r.get("cpu_cal_ms") for recs in results.get("runs", {}).values() for r in recs if r.get("cpu_cal_ms")]
-    if cals:
-        L("")
-        L(f"Machine speed over the matrix: calibration query {min(cals):.0f}-{max(cals):.0f} ms "
-          f"(median {statistics.median(cals):.0f} ms, spread {(max(cals) / min(cals) - 1) * 100:.0f}%). "
-          + ("**More than 15%: this machine's speed drifted during the run; trust the ratios of the "
-             "same round more than absolute numbers, and use more rounds.**" if max(cals) > 1.15 * min(cals) else ""))
-    L("")
-    L("Checks done after every run (a failure makes the runner exit non-zero): pgbench exit status and "
-      "failed transactions; `bare`: one payment per transaction; `handrolled`: one key, one payment and "
-      "one UPDATE per transaction, every key completed (the UPDATE's `RETURNING ... \\gset` also fails the "
-      "run if it matches nothing); `pg_idem`/`lease`: every claim answered `claimed` (enforced in the "
-      "script), one key, one payment and one `idem.keys` update per transaction, every key completed; "
-      "`replay`: every claim answered `completed` (enforced in the script), no payment, no update, "
-      "pool unchanged; `contended`: outcome tally = transactions, payments = keys = completed keys = "
-      "`claimed` outcomes = `idem.keys` updates, no key left in progress, no mismatch.")
-    L("")
-    if "contended@" + str(args.contended_clients) in summ and summ["contended@" + str(args.contended_clients)].get("outcomes"):
-        o = summ["contended@" + str(args.contended_clients)]["outcomes"]
-        tot = sum(o.values()) or 1
-        L(f"Contended outcomes (all rounds): " + ", ".join(f"{k} {v:,} ({v / tot * 100:.1f}%)" for k, v in o.items())
-          + ". TPS counts every request, including the duplicates that only claim.")
-        L("")
-    # ratios
-    L("### Ratios (medians)")
-    L("")
-    L("| clients | pg_idem / handrolled | pg_idem / bare | handrolled / bare | replay / pg_idem | lease / pg_idem |")
-    L("|---:|---:|---:|---:|---:|---:|")
-
-    def ratio(a, b, c):
-        sa, sb = summ.get(f"{a}@{c}"), summ.get(f"{b}@{c}")
-        if not sa or not sb or not sa["tps"] or not sb["tps"]:
-            return None
-        return sa["tps"] / sb["tps"]
-
-    for c in clients:
-        cells = [ratio("pg_idem", "handrolled", c), ratio("pg_idem", "bare", c), ratio("handrolled", "bare", c),
-                 ratio("replay", "pg_idem", c), ratio("lease", "pg_idem", c)]
-        L(f"| {c} | " + " | ".join(fmt(x, 2, "x") for x in cells) + " |")
-    L("")
-    runs = results.get("runs", {})
-    per_round = []
-    for c in clients:
-        a, b = runs.get(f"pg_idem@{c}", []), runs.get(f"handrolled@{c}", [])
-        vals = [x["tps"] / y["tps"] for x, y in zip(a, b) if x["tps"] and y["tps"]]
-        if len(vals) > 1:
-            per_round.append(f"{c} client(s): " + ", ".join(f"{v:.2f}x" for v in vals))
-    if per_round:
-        L("pg_idem / handrolled per round (same round, a few minutes apart): " + "; ".join(per_round) + ".")
-        L("")
-    # storage
-    st = results.get("storage", {})
-    L(f"## Storage per key ({args.keys:,} completed keys, after VACUUM)")
-    L("")
-    L("| table | response body | rows | avg row B | table bytes | index bytes | bytes/key (table) | bytes/key (indexes) | bytes/key total |")
-    L("|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    for key, label, body in [("pg_idem_nobody", "idem.keys", "none"), ("handrolled_nobody", "handrolled_keys", "none"),
-                             ("pg_idem_body", "idem.keys", "small (~90 B json)"),
-                             ("handrolled_body", "handrolled_keys", "small (~90 B json)")]:
-        s = st.get(key)
-        if s:
-            L(f"| {label} | {body} | {fmt(s['rows'])} | {fmt(s.get('avg_row_bytes'), 0)} | {fmt(s['table_bytes'])} | {fmt(s['index_bytes'])} | "
-              f"{fmt(s['table_per_key'], 1)} | {fmt(s['index_per_key'], 1)} | {fmt(s['per_key'], 1)} |")
-    L("")
-    L("Both tables are filled through their real lifecycle, one key at a time (pg_idem: idem_claim then "
-      "idem_complete; hand-rolled: INSERT ... ON CONFLICT DO NOTHING then the response UPDATE), "
-      "one key per transaction as an application does it (fill sessions use synchronous_commit = off, "
-      "which changes nothing on disk). Avg row is `avg(pg_column_size(row))`, the tuple without "
-      "page overhead. "
-      f"Fill rate: pg_idem {fmt(st.get('fill_rate_pg_idem'), 0)} keys/s, "
-      f"hand-rolled {fmt(st.get('fill_rate_handrolled'), 0)} keys/s ({FILL_WORKERS} sessions).")
-    L("")
-    # purge
-    pu = results.get("purge", {})
-    L("## Purge")
-    L("")
-    ip, wk, hd = pu.get("idem_purge", {}), pu.get("worker", {}), pu.get("handrolled_delete", {})
-    L("| path | keys | time | keys/s | WAL B/key |")
-    L("|---|---:|---:|---:|---:|")
-    if ip:
-        L(f"| `SELECT idem_purge()` (one call, one transaction, no load) | {fmt(ip['keys'])} | {ip['seconds']:.2f} s | "
-          f"{fmt(ip['keys_per_s'], 0)} | {fmt(ip.get('wal_bytes_per_key'), 0)} |")
-    if wk:
-        L(f"| purge worker, one pass, batches of {wk.get('batch_size')} (under the claim load below) | "
-          f"{fmt(wk['keys'])} | {wk['ms'] / 1000:.2f} s | {fmt(wk['keys_per_s'], 0)} | ~{fmt(wk.get('wal_bytes_per_key'), 0)} |")
-    if hd:
-        L(f"| reference: `DELETE FROM handrolled_keys WHERE expires_at < now()` (one transaction, under the same claim load) | {fmt(hd['keys'])} | {hd['seconds']:.2f} s | {fmt(hd['keys_per_s'], 0)} | |")
-    L("")
-    L("Each purge starts right after a CHECKPOINT, so its WAL includes a full-page image of every page "
-      "it touches first (as a purge of old keys usually does in production). The worker's WAL is the "
-      "WAL of the whole window less the claim load's (baseline WAL per transaction x transactions).")
-    L("")
-    ld = pu.get("load", {})
-    if ld:
-        L(f"Claim latency: `{ld['script']}` (claim + insert + complete) at a fixed {ld['rate_tps']} tps "
-          f"({args.latency_load:.0%} of pg_idem@1 TPS) with {ld['clients']} clients; latency counted from the scheduled start. "
-          f"The load during the pass is {pu.get('load_runs', 0)} pgbench run(s): one sized to outlast the pass, more only "
-          f"if it did not (a new pgbench's connection start-up counts in its first transactions' latency).")
-        L("")
-        L("| | p50 ms | p99 ms | transactions |")
-        L("|---|---:|---:|---:|")
-        L(f"| baseline, no purge | {fmt(pu.get('baseline_p50_ms'), 3)} | {fmt(pu.get('baseline_p99_ms'), 3)} | |")
-        L(f"| during the worker's pass ({fmt(pu.get('window_s'), 2)} s) | {fmt(pu.get('during_p50_ms'), 3)} | "
-          f"{fmt(pu.get('during_p99_ms'), 3)} | {pu.get('during_txns', 0)} |")
-        L(f"| same load run, outside the pass | | {fmt(pu.get('outside_p99_ms'), 3)} | |")
-        if hd:
-            L(f"| reference: during the hand-rolled DELETE ({hd['seconds']:.2f} s) | | "
-              f"{fmt(hd.get('during_p99_ms'), 3)} | {hd.get('during_txns', 0)} |")
-        L("")
-        L(f"With {env.get('cpus')} CPUs, a backend that keeps one CPU busy (the purge worker, or any long "
-          f"query) takes {'half' if env.get('cpus') == 2 else 'a large share'} of the machine from the "
-          f"load and from pgbench; the reference row shows what a plain DELETE of as many rows does to "
-          f"the same load, which separates pg_idem's own effect from CPU contention.")
-        L("")
-        L(f"Noise: calibration query {fmt(pu.get('baseline_cal_ms'), 0)} ms before the baseline and "
-          f"{fmt(pu.get('during_cal_ms'), 0)} ms before the purge run; steal {((pu.get('baseline_steal') or 0) * 100):.0f}% "
-          f"and {((pu.get('during_steal') or 0) * 100):.0f}%. If the p99 outside the pass is far from the "
-          f"baseline's, the machine's speed changed between the two and the ratio is not trustworthy.")
-        L("")
-        oc = max(pu.get("baseline_other_cpu") or 0, pu.get("during_other_cpu") or 0)
-        if oc > 0.05:
-            L(f"**Noisy machine:** other processes used up to {oc * 100:.0f}% of the CPUs during these loads.")
-            L("")
-    # targets
-    L("## Targets")
-    L("")
-    L("| target | measured | goal | verdict |")
-    L("|---|---:|---:|---|")
-    for c in clients:
-        L(target_line(f"pg_idem / handrolled TPS, {c} client(s)", ratio("pg_idem", "handrolled", c), 1.0))
-    for c in clients:
-        L(target_line(f"replay / pg_idem TPS, {c} client(s)", ratio("replay", "pg_idem", c), 2.0))
-    pct = lambda v: f"{v * 100:.1f}%"
-    for sc in ("pg_idem", "lease", "contended"):
-        keys = [k for k in summ if k.startswith(sc + "@")]
-        u = sum(summ[k]["idem_updates"] for k in keys)
-        h = sum((summ[k]["idem_hot_share"] or 0) * summ[k]["idem_updates"] for k in keys)
-        if u:
-            L(target_line(f"HOT share of idem_complete ({sc})", h / u, 0.95, fmt_v=pct))
-    for body in ("nobody", "body"):
-        a, b = st.get(f"pg_idem_{body}"), st.get(f"handrolled_{body}")
-        if a and b:
-            L(target_line(f"bytes/key vs handrolled ({'no body' if body == 'nobody' else 'small body'})",
-                          a["per_key"], b["per_key"], higher_is_better=False, fmt_v=lambda v: f"{v:,.0f} B"))
-    if wk:
-        L(target_line(f"purge worker rate ({fmt(wk['keys'])} keys)", wk["keys_per_s"], 100_000.0,
-                      fmt_v=lambda v: f"{v:,.0f}/s"))
-    if ip:
-        L(target_line(f"idem_purge() rate ({fmt(ip['keys'])} keys)", ip["keys_per_s"], 100_000.0,
-                      fmt_v=lambda v: f"{v:,.0f}/s"))
-    if pu.get("baseline_p99_ms") and pu.get("during_p99_ms"):
-        L(target_line("claim p99 during purge / baseline", pu["during_p99_ms"] / pu["baseline_p99_ms"], 2.0,
-                      higher_is_better=False))
-    L("")
-    if args.smoke:
-        L("_Smoke mode: a few seconds per run and small key counts; it proves the suite works, the numbers "
-          "mean little._")
-        L("")
-    L("## Scenarios")
-    L("")
-    for sc in SCENARIOS:
-        L(f"- `{sc}` ({'%d clients' % args.contended_clients if sc == 'contended' else ', '.join(map(str, clients)) + ' clients'}): {DESCRIPTIONS[sc]} — `bench/scenarios/{sc}.sql`")
-    L("")
-    L("Raw per-round numbers: `results.json`; server log: `server.log`.")
-    (out / "report.md").write_text("\n".join(lines) + "\n")
-
-
-# ------------------------------------------------------------------------------------------------
-# main
 # ------------------------------------------------------------------------------------------------
 
 def parse_args(argv):
@@ -1372,7 +928,7 @@ def main(argv=None) -> int:
     results["finished_at"] = dt.datetime.now().isoformat(timespec="seconds")
     results["elapsed_s"] = time.time() - started
     results["problems"] = problems
-    summ = summarize(results)
+    summ = render.summarize(results)
     results["summary"] = summ
     # missing numbers are errors too: every scenario must have produced a TPS and percentiles
     for sc in args.scenarios:
@@ -1382,15 +938,12 @@ def main(argv=None) -> int:
             if not s or s["tps"] is None or s["p99_ms"] is None:
                 problems.append(f"{sc}@{c}: no result")
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    (out / "tps.svg").write_text(svg_chart(summ, SCENARIOS, args.clients, args.contended_clients,
-                                           "pg_idem benchmark: TPS per scenario and client count"
-                                           + (" (SMOKE)" if args.smoke else "")))
-    write_report(out, args, results, summ, problems)
+    render.render(out, results)
 
     log(f"done in {results['elapsed_s']:.0f}s; report: {out / 'report.md'}")
     print()
     for key, s in summ.items():
-        print(f"  {key:<14} tps {fmt(s['tps']):>10}  p50 {fmt(s['p50_ms'], 3):>8} ms  p99 {fmt(s['p99_ms'], 3):>8} ms")
+        print(f"  {key:<14} tps {render.fmt(s['tps']):>10}  p50 {render.fmt(s['p50_ms'], 3):>8} ms  p99 {render.fmt(s['p99_ms'], 3):>8} ms")
     if problems:
         print("\nFAILED:", file=sys.stderr)
         for p in problems:
