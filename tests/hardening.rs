@@ -131,8 +131,10 @@ fn deep_json_fails_cleanly_instead_of_crashing_the_server() {
     });
 }
 
-/// A NOSUPERUSER database owner renames `public` and plants look-alikes of the functions the
-/// SECURITY DEFINER statistics call; a role with CREATE on `public` plants an overload.
+/// A NOSUPERUSER role that owns the extension's schema (the database owner owns `public` from
+/// PostgreSQL 15 on; here a schema of its own, the same on every version) renames it and plants
+/// look-alikes of the functions the SECURITY DEFINER statistics call; a role with CREATE on the
+/// schema plants an overload.
 #[test]
 fn statistics_functions_resolve_no_name_at_call_time() {
     let server = Server::start_bare(&["shared_preload_libraries = 'pg_idem'"]);
@@ -149,26 +151,29 @@ fn statistics_functions_resolve_no_name_at_call_time() {
         .unwrap();
     let mut admin = server.client_db("d");
     admin
-        .batch_execute("CREATE EXTENSION pg_idem; SELECT idem_claim('t', 'k', 'h')")
+        .batch_execute(
+            "CREATE SCHEMA shared AUTHORIZATION evil; CREATE EXTENSION pg_idem SCHEMA shared; \
+             SELECT shared.idem_claim('t', 'k', 'h')",
+        )
         .unwrap();
     let mut evil = connect(&server, "evil", "d");
     evil.batch_execute(
-        "ALTER SCHEMA public RENAME TO old_public; CREATE SCHEMA public; \
-         CREATE FUNCTION public.idem_counters(OUT claims bigint, OUT replays_completed bigint, \
+        "ALTER SCHEMA shared RENAME TO old_public; CREATE SCHEMA shared; \
+         CREATE FUNCTION shared.idem_counters(OUT claims bigint, OUT replays_completed bigint, \
              OUT replays_failed bigint, OUT in_progress bigint, OUT mismatches bigint, \
              OUT takeovers bigint, OUT stale_fences bigint, OUT stale_keys bigint, \
              OUT keys_purged bigint, OUT since timestamptz) RETURNS SETOF record \
              LANGUAGE plpgsql AS $$ BEGIN ALTER ROLE evil SUPERUSER; RETURN; END $$; \
-         CREATE FUNCTION public.idem_tenant_counters(OUT tenant text, OUT claims bigint, \
+         CREATE FUNCTION shared.idem_tenant_counters(OUT tenant text, OUT claims bigint, \
              OUT replays_completed bigint, OUT replays_failed bigint, OUT in_progress bigint, \
              OUT mismatches bigint, OUT takeovers bigint, OUT stale_fences bigint, OUT stale_keys bigint) \
              RETURNS SETOF record LANGUAGE plpgsql AS $$ BEGIN ALTER ROLE evil SUPERUSER; RETURN; END $$; \
-         CREATE FUNCTION public.idem_purge_status(OUT database text, OUT pid integer, OUT state text, \
+         CREATE FUNCTION shared.idem_purge_status(OUT database text, OUT pid integer, OUT state text, \
              OUT started_at timestamptz, OUT starts bigint, OUT last_pass_at timestamptz, \
              OUT last_pass_keys bigint, OUT last_pass_batches bigint, OUT last_pass_ms bigint, \
              OUT total_keys bigint, OUT total_passes bigint, OUT total_batches bigint) RETURNS SETOF record \
              LANGUAGE plpgsql AS $$ BEGIN ALTER ROLE evil SUPERUSER; RETURN; END $$; \
-         GRANT USAGE, CREATE ON SCHEMA old_public TO planter",
+         GRANT USAGE ON SCHEMA old_public TO PUBLIC; GRANT CREATE ON SCHEMA old_public TO planter",
     )
     .unwrap();
     // a role with only CREATE on the extension's schema plants an overload
