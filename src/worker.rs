@@ -21,6 +21,7 @@ use pgrx::bgworkers::{
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgLwLock};
 
+use crate::enum_list::enum_list;
 use crate::{guc, store};
 
 /// Most databases one server purges (entries of pg_idem.database past this are ignored, with a warning).
@@ -37,17 +38,21 @@ const EXTENSION_POLL: Duration = Duration::from_secs(1);
 
 const NAME_BYTES: usize = 64;
 
+enum_list! {
+/// What a purge worker is doing, as idem_purge_status() shows it; kept in shared memory as its
+/// position in `WorkerState::ALL`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum WorkerState {
-    NotStarted = 0,
-    WaitingForDatabase = 1,
-    WaitingForExtension = 2,
-    Idle = 3,
-    Purging = 4,
-    Paused = 5,
+    NotStarted,
+    WaitingForDatabase,
+    WaitingForExtension,
+    Idle,
+    Purging,
+    Paused,
     /// The database exists but does not accept connections (datallowconn is false).
-    WaitingForConnections = 6,
+    WaitingForConnections,
+}
 }
 
 impl WorkerState {
@@ -63,16 +68,15 @@ impl WorkerState {
         }
     }
 
+    /// The state a slot holds. Only pg_idem writes slots, so another byte is a bug: said loudly.
     fn from_u8(v: u8) -> WorkerState {
-        match v {
-            1 => WorkerState::WaitingForDatabase,
-            2 => WorkerState::WaitingForExtension,
-            3 => WorkerState::Idle,
-            4 => WorkerState::Purging,
-            5 => WorkerState::Paused,
-            6 => WorkerState::WaitingForConnections,
-            _ => WorkerState::NotStarted,
-        }
+        WorkerState::ALL
+            .get(usize::from(v))
+            .copied()
+            .unwrap_or_else(|| {
+                crate::errors::internal("reading a purge worker's slot", format!("state byte {v}"))
+                    .raise()
+            })
     }
 }
 
