@@ -14,7 +14,7 @@ use crate::store::{self, ClaimOutcome, ClaimRequest, Fenced, State};
 use crate::time::{clock, timestamptz, Micros};
 use crate::{errors, guc, tenants};
 
-pub fn record_outcome(tenant: &str, outcome: &ClaimOutcome) {
+pub fn record_outcome(tenant: &str, outcome: &ClaimOutcome<'_>) {
     let event = match outcome {
         ClaimOutcome::Claimed { takeover, .. } => {
             if *takeover {
@@ -270,35 +270,35 @@ fn idem_new_key() -> pgrx::Uuid {
     pgrx::Uuid::from_bytes(*hashing::new_uuid_v7().as_bytes())
 }
 
-pub type ClaimRow = (
+pub type ClaimRow<'m> = (
     String,
     String,
     Option<i64>,
     Option<i32>,
     Option<i32>,
-    Option<Jsonb>,
+    Option<Jsonb<'m>>,
     Option<TimestampWithTimeZone>,
     Option<TimestampWithTimeZone>,
     Option<String>,
-    Option<Jsonb>,
+    Option<Jsonb<'m>>,
 );
 
 /// The columns of an idem_claim row; what an outcome does not set stays NULL.
 #[derive(Default)]
-struct ClaimColumns {
+struct ClaimColumns<'m> {
     fence: Option<i64>,
     attempt: Option<i32>,
     response_code: Option<i32>,
-    response_body: Option<Jsonb>,
+    response_body: Option<Jsonb<'m>>,
     lease_expires_at: Option<Micros>,
     expires_at: Option<Micros>,
     checkpoint_phase: Option<String>,
-    checkpoint_data: Option<Jsonb>,
+    checkpoint_data: Option<Jsonb<'m>>,
 }
 
 /// One row of idem_claim_many (the key, then the columns of idem_claim); idem_claim uses the
 /// columns.
-pub fn claim_row(key: &str, outcome: ClaimOutcome) -> ClaimRow {
+pub fn claim_row<'m>(key: &str, outcome: ClaimOutcome<'m>) -> ClaimRow<'m> {
     let (name, c) = match outcome {
         ClaimOutcome::Claimed {
             fence,

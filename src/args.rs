@@ -127,7 +127,10 @@ pub fn duration(
 }
 
 /// A response body or checkpoint payload within pg_idem.max_response_bytes.
-pub fn payload(value: Option<Jsonb>, argument: &str) -> Result<Option<Jsonb>, IdemError> {
+pub fn payload<'m>(
+    value: Option<Jsonb<'m>>,
+    argument: &str,
+) -> Result<Option<Jsonb<'m>>, IdemError> {
     if let Some(body) = value {
         let size = body.raw_size();
         let max = guc::max_response_bytes();

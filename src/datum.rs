@@ -2,6 +2,8 @@
 //! a jsonb value carried through untouched, and one-row records built against the function's
 //! declared OUT parameters.
 
+use std::marker::PhantomData;
+
 use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
 use pgrx::datum::Datum;
 use pgrx::memcxt::PgMemoryContexts;
@@ -11,11 +13,14 @@ use pgrx::{FromDatum, IntoDatum};
 use crate::errors;
 
 /// A jsonb value that is never parsed into Rust: what a caller stores is replayed byte for byte
-/// (pgrx's `JsonB` goes through serde_json, which would round numbers).
+/// (pgrx's `JsonB` goes through serde_json, which would round numbers). It points into a memory
+/// context, `'mcx`: the SQL function call's, for arguments, results, and values the store copies
+/// out of SPI for the call. The lifetime keeps it from being kept past the call (in a static or
+/// a per-backend cache) the way a plain pointer could be.
 #[derive(Clone, Copy, Debug)]
-pub struct Jsonb(pg_sys::Datum);
+pub struct Jsonb<'mcx>(pg_sys::Datum, PhantomData<&'mcx ()>);
 
-impl Jsonb {
+impl Jsonb<'_> {
     /// Size of the value once decompressed, in bytes, as counted by pg_idem.max_response_bytes.
     pub fn raw_size(self) -> usize {
         // SAFETY: self.0 is a non-null jsonb (varlena) datum; this reads its header only.
@@ -34,7 +39,7 @@ impl Jsonb {
     }
 }
 
-impl FromDatum for Jsonb {
+impl FromDatum for Jsonb<'_> {
     unsafe fn from_polymorphic_datum(
         datum: pg_sys::Datum,
         is_null: bool,
@@ -43,7 +48,7 @@ impl FromDatum for Jsonb {
         if is_null {
             None
         } else {
-            Some(Jsonb(datum))
+            Some(Jsonb(datum, PhantomData))
         }
     }
 
@@ -61,12 +66,12 @@ impl FromDatum for Jsonb {
         // made in `memory_context`, which the caller chose to outlive the SPI call.
         memory_context.switch_to(|_| unsafe {
             let copy = pg_sys::pg_detoast_datum_copy(datum.cast_mut_ptr());
-            Some(Jsonb(pg_sys::Datum::from(copy)))
+            Some(Jsonb(pg_sys::Datum::from(copy), PhantomData))
         })
     }
 }
 
-impl IntoDatum for Jsonb {
+impl IntoDatum for Jsonb<'_> {
     fn into_datum(self) -> Option<pg_sys::Datum> {
         Some(self.0)
     }
@@ -77,7 +82,7 @@ impl IntoDatum for Jsonb {
 }
 
 // SAFETY: unboxing reads one jsonb argument from the call frame, as the SQL signature declares.
-unsafe impl<'fcx> ArgAbi<'fcx> for Jsonb {
+unsafe impl<'fcx> ArgAbi<'fcx> for Jsonb<'fcx> {
     unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
         let index = arg.index();
         // SAFETY: the argument is declared jsonb in the function's SQL signature.
@@ -92,7 +97,7 @@ unsafe impl<'fcx> ArgAbi<'fcx> for Jsonb {
 }
 
 // SAFETY: a Jsonb is a valid jsonb datum, returned as is.
-unsafe impl BoxRet for Jsonb {
+unsafe impl BoxRet for Jsonb<'_> {
     unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> Datum<'fcx> {
         // SAFETY: a jsonb datum for a function declared to return jsonb, allocated in the
         // caller's memory context (arguments, or copies made with from_datum_in_memory_context).
@@ -100,7 +105,7 @@ unsafe impl BoxRet for Jsonb {
     }
 }
 
-pgrx::impl_sql_translatable!(Jsonb, "jsonb");
+pgrx::impl_sql_translatable!(Jsonb<'_>, "jsonb");
 
 /// A composite value already formed as a datum: the result of a function declared with OUT
 /// parameters (RETURNS record).

@@ -83,18 +83,18 @@ fn idem_claim_many<'a>(
     lease: Option<Interval>,
     ttl: Option<Interval>,
 ) -> TableIterator<
-    'static,
+    'a,
     (
         name!(key, String),
         name!(outcome, String),
         name!(fence, Option<i64>),
         name!(attempt, Option<i32>),
         name!(response_code, Option<i32>),
-        name!(response_body, Option<Jsonb>),
+        name!(response_body, Option<Jsonb<'a>>),
         name!(lease_expires_at, Option<TimestampWithTimeZone>),
         name!(expires_at, Option<TimestampWithTimeZone>),
         name!(checkpoint_phase, Option<String>),
-        name!(checkpoint_data, Option<Jsonb>),
+        name!(checkpoint_data, Option<Jsonb<'a>>),
     ),
 > {
     let tenant = check(args::name(tenant, "tenant"));
@@ -123,7 +123,7 @@ fn idem_claim_many<'a>(
         .collect();
     let now = clock();
     // in input order, so that a key repeated in the batch meets its own earlier claim
-    let outcomes: Vec<ClaimOutcome> = store::with_client(|client| {
+    let outcomes: Vec<ClaimOutcome<'a>> = store::with_client(|client| {
         requests
             .iter()
             .map(|r| store::claim(client, r, now))

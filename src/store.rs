@@ -54,18 +54,18 @@ impl State {
     }
 }
 
-/// A key as stored.
-pub struct KeyRow {
+/// A key as stored; its jsonb lives in the caller's memory context `'m`.
+pub struct KeyRow<'m> {
     pub state: State,
     pub request_hash: Vec<u8>,
     pub attempt: i32,
     pub response_code: Option<i32>,
-    pub response_body: Option<Jsonb>,
+    pub response_body: Option<Jsonb<'m>>,
     pub lease_expires_at: Option<Micros>,
     pub expires_at: Micros,
 }
 
-impl KeyRow {
+impl KeyRow<'_> {
     /// Past its expires_at a key counts as absent, purged yet or not.
     pub fn is_expired(&self, now: Micros) -> bool {
         now > self.expires_at
@@ -266,12 +266,13 @@ fn get_bytes(table: &SpiTupleTable<'_>, ordinal: usize) -> Option<Vec<u8>> {
 }
 
 /// A jsonb column copied into `outer`, the memory context of the SQL function being called, so
-/// that it outlives SPI and is freed with the function's result rather than with the portal.
-fn get_jsonb(
+/// that it outlives SPI and is freed with the function's result rather than with the portal;
+/// `'m` is that context's lifetime, as the caller's signature ties it.
+fn get_jsonb<'m>(
     table: &SpiTupleTable<'_>,
     ordinal: usize,
     outer: pg_sys::MemoryContext,
-) -> Option<Jsonb> {
+) -> Option<Jsonb<'m>> {
     // SAFETY: callers pass the ordinal of a jsonb column; it is copied into `outer` before SPI
     // frees the row.
     raw(table, ordinal).and_then(|d| unsafe {
@@ -297,7 +298,7 @@ fn interval_arg<'a>(micros: Micros) -> DatumWithOid<'a> {
     interval.into()
 }
 
-fn jsonb_arg<'a>(value: Option<Jsonb>) -> DatumWithOid<'a> {
+fn jsonb_arg<'a>(value: Option<Jsonb<'_>>) -> DatumWithOid<'a> {
     match value {
         Some(v) => v.into(),
         None => DatumWithOid::null::<Jsonb>(),
@@ -323,11 +324,11 @@ fn not_null<T>(value: Option<T>, column: &str) -> T {
 }
 
 /// The KEY_COLUMNS of a row, starting at column `first`; None when the key is absent.
-fn read_key_row(
+fn read_key_row<'m>(
     table: &SpiTupleTable<'_>,
     first: usize,
     outer: pg_sys::MemoryContext,
-) -> Option<KeyRow> {
+) -> Option<KeyRow<'m>> {
     let state = get_i8(table, first)?;
     Some(KeyRow {
         state: State::from_code(state)
@@ -341,7 +342,12 @@ fn read_key_row(
     })
 }
 
-fn lookup(client: &Client<'_, '_>, tenant: &str, key: &str, for_update: bool) -> Option<KeyRow> {
+fn lookup<'m>(
+    client: &Client<'_, '_>,
+    tenant: &str,
+    key: &str,
+    for_update: bool,
+) -> Option<KeyRow<'m>> {
     let stmt = if for_update {
         Stmt::LookupForUpdate
     } else {
@@ -433,7 +439,7 @@ pub struct ClaimRequest<'a> {
     pub reject_stale_uuidv7: bool,
 }
 
-pub enum ClaimOutcome {
+pub enum ClaimOutcome<'m> {
     /// The caller owns the key now.
     Claimed {
         fence: i64,
@@ -442,12 +448,12 @@ pub enum ClaimOutcome {
         expires_at: Micros,
         takeover: bool,
         checkpoint_phase: Option<String>,
-        checkpoint_data: Option<Jsonb>,
+        checkpoint_data: Option<Jsonb<'m>>,
     },
     /// An earlier attempt stored a completion or a final error.
-    Replay(KeyRow),
+    Replay(KeyRow<'m>),
     /// Another attempt holds the key; the row when it is visible to the caller.
-    InProgress(Option<KeyRow>),
+    InProgress(Option<KeyRow<'m>>),
     /// The key exists under another request hash.
     Mismatch,
     /// An absent UUIDv7 key older than its ttl (pg_idem.reject_stale_uuidv7).
@@ -455,8 +461,8 @@ pub enum ClaimOutcome {
 }
 
 /// What a claim has to do about the row it found.
-enum Plan {
-    Answer(ClaimOutcome),
+enum Plan<'m> {
+    Answer(ClaimOutcome<'m>),
     /// No live row: claim the key afresh (attempt 1), in place of an expired row if there is one.
     Fresh,
     /// A committed attempt's lease has passed: take over with the next attempt number.
@@ -465,7 +471,7 @@ enum Plan {
     },
 }
 
-fn plan(row: Option<KeyRow>, request: &ClaimRequest<'_>, now: Micros) -> Plan {
+fn plan<'m>(row: Option<KeyRow<'m>>, request: &ClaimRequest<'_>, now: Micros) -> Plan<'m> {
     let row = match row {
         Some(row) if !row.is_expired(now) => row,
         _ => return Plan::Fresh,
@@ -504,7 +510,11 @@ fn is_stale_uuidv7(request: &ClaimRequest<'_>, now: Micros) -> bool {
 const CLAIM_ROUNDS: usize = 4;
 
 /// Claims `request.key`. Never waits on another transaction that holds the key (see module doc).
-pub fn claim(client: &Client<'_, '_>, request: &ClaimRequest<'_>, now: Micros) -> ClaimOutcome {
+pub fn claim<'m>(
+    client: &Client<'_, '_>,
+    request: &ClaimRequest<'_>,
+    now: Micros,
+) -> ClaimOutcome<'m> {
     let (tenant, key) = (request.tenant, request.key);
     let lease_expires_at = now.saturating_add(request.lease_us);
     let purge_after = now.saturating_add(request.ttl_us);
