@@ -179,22 +179,22 @@ fn role_arg(role: Option<pg_sys::Oid>) -> pg_sys::Oid {
     })
 }
 
-#[pg_extern(sql = false)]
-fn idem_grant_tenant(role: Option<pg_sys::Oid>, tenant: Option<&str>) -> bool {
+/// Runs GRANT or REVOKE for the checked arguments; true if it changed a row.
+fn change_grant(statement: &str, role: Option<pg_sys::Oid>, tenant: Option<&str>) -> bool {
     let role = role_arg(role);
     let tenant = check(args::name(tenant, "tenant"));
-    let added =
-        store::with_client(|c| c.query_one_i64(GRANT, &[role.into(), tenant.into()])).is_some();
+    let changed =
+        store::with_client(|c| c.query_one_i64(statement, &[role.into(), tenant.into()])).is_some();
     announce_change();
-    added
+    changed
+}
+
+#[pg_extern(sql = false)]
+fn idem_grant_tenant(role: Option<pg_sys::Oid>, tenant: Option<&str>) -> bool {
+    change_grant(GRANT, role, tenant)
 }
 
 #[pg_extern(sql = false)]
 fn idem_revoke_tenant(role: Option<pg_sys::Oid>, tenant: Option<&str>) -> bool {
-    let role = role_arg(role);
-    let tenant = check(args::name(tenant, "tenant"));
-    let removed =
-        store::with_client(|c| c.query_one_i64(REVOKE, &[role.into(), tenant.into()])).is_some();
-    announce_change();
-    removed
+    change_grant(REVOKE, role, tenant)
 }

@@ -188,11 +188,14 @@ fn read_slot(index: usize) -> PurgeSlot {
     SLOTS.share().slots[index]
 }
 
-fn reload_config_if_asked() {
-    if BackgroundWorker::sighup_received() {
+/// Reloads the configuration after a SIGHUP; true if there was one.
+fn reload_config_if_asked() -> bool {
+    let asked = BackgroundWorker::sighup_received();
+    if asked {
         // SAFETY: called between transactions, as ProcessConfigFile requires.
         unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
     }
+    asked
 }
 
 fn report_activity(state: pg_sys::BackendState::Type, what: &str) {
@@ -466,10 +469,8 @@ fn idle(database: &str, wait: Option<Duration>) -> bool {
         if !BackgroundWorker::wait_latch(Some(step)) {
             return false;
         }
-        // a SIGHUP or a new interval ends the wait early, as a plain wait_latch would
-        if BackgroundWorker::sighup_received() {
-            // SAFETY: outside a transaction, as ProcessConfigFile requires.
-            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        // a SIGHUP (a new interval, say) ends the wait early, as a plain wait_latch would
+        if reload_config_if_asked() {
             return true;
         }
         if until.is_some_and(|t| Instant::now() >= t) {
