@@ -123,6 +123,17 @@ pub fn tenant_denied(tenant: &str, role: &str) -> IdemError {
     )
 }
 
+/// 40001: at REPEATABLE READ or SERIALIZABLE, a key the call must write was changed by a
+/// transaction that committed after this transaction's snapshot (as the executor reports it).
+pub fn serialization_failure(function: &str, tenant: &str, key: &str) -> IdemError {
+    IdemError::new(
+        PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+        "could not serialize access due to concurrent update".to_string(),
+        format!("{function}: key \"{key}\" of tenant \"{tenant}\" was changed by a transaction that committed after this transaction's snapshot was taken."),
+        "Retry the whole transaction.",
+    )
+}
+
 /// XX000 with a readable message, for SPI failures that only a bug in pg_idem can cause.
 pub fn internal(what: &str, error: impl std::fmt::Display) -> IdemError {
     IdemError::new(

@@ -28,6 +28,8 @@ use crate::errors::{self, LeaseLost};
 use crate::hashing;
 use crate::time::Micros;
 
+mod engine;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
     InProgress,
@@ -515,6 +517,9 @@ pub fn claim<'m>(
     request: &ClaimRequest<'_>,
     now: Micros,
 ) -> ClaimOutcome<'m> {
+    if let Some(keys) = engine::open() {
+        return engine::claim(&keys, request, now, client.outer);
+    }
     let (tenant, key) = (request.tenant, request.key);
     let lease_expires_at = now.saturating_add(request.lease_us);
     let purge_after = now.saturating_add(request.ttl_us);
@@ -653,7 +658,12 @@ pub struct Fenced<'a> {
 impl Fenced<'_> {
     /// Why a fenced statement matched no row.
     fn refusal(&self, client: &Client<'_, '_>) -> Refused {
-        match lookup(client, self.tenant, self.key, false) {
+        self.refusal_for(lookup(client, self.tenant, self.key, false).as_ref())
+    }
+
+    /// Why a fenced operation found no row holding its fence, given the key's row.
+    fn refusal_for(&self, row: Option<&KeyRow<'_>>) -> Refused {
+        match row {
             None => Refused {
                 error: errors::key_not_found(self.function, self.tenant, self.key, self.fence),
                 stale_fence: false,
@@ -715,6 +725,16 @@ pub fn finish(
     response_body: Option<Jsonb>,
     now: Micros,
 ) -> Result<Micros, Refused> {
+    if let Some(keys) = engine::open() {
+        let change = engine::FencedChange::Finish {
+            state,
+            response_code,
+            response_body,
+            now,
+        };
+        return engine::fenced(&keys, target, &change, client.outer)
+            .map(|(expires_at, _)| not_null(expires_at, "expires_at"));
+    }
     let code = match response_code {
         Some(c) => c.into(),
         None => DatumWithOid::null::<i32>(),
@@ -739,6 +759,14 @@ pub fn heartbeat(
     lease_expires_at: Micros,
     now: Micros,
 ) -> Result<Micros, Refused> {
+    if let Some(keys) = engine::open() {
+        let change = engine::FencedChange::Heartbeat {
+            lease_expires_at,
+            now,
+        };
+        return engine::fenced(&keys, target, &change, client.outer)
+            .map(|(_, lease)| not_null(lease, "lease_expires_at"));
+    }
     let table = target.run(
         client,
         Stmt::Heartbeat,
@@ -749,6 +777,10 @@ pub fn heartbeat(
 
 /// Removes the claim of the attempt holding the fence.
 pub fn release(client: &Client<'_, '_>, target: &Fenced<'_>) -> Result<(), Refused> {
+    if let Some(keys) = engine::open() {
+        return engine::fenced(&keys, target, &engine::FencedChange::Release, client.outer)
+            .map(drop);
+    }
     target.run(client, Stmt::Release, []).map(drop)
 }
 
@@ -760,6 +792,10 @@ pub fn checkpoint(
     data: Option<Jsonb>,
     now: Micros,
 ) -> Result<(), Refused> {
+    if let Some(keys) = engine::open() {
+        let change = engine::FencedChange::Checkpoint { phase, data, now };
+        return engine::fenced(&keys, target, &change, client.outer).map(drop);
+    }
     target
         .run(
             client,
@@ -771,11 +807,23 @@ pub fn checkpoint(
 
 /// Locks the key's row until the end of the transaction if the fence still holds it.
 pub fn assert_fence(client: &Client<'_, '_>, target: &Fenced<'_>) -> Result<(), Refused> {
+    if let Some(keys) = engine::open() {
+        return engine::fenced(
+            &keys,
+            target,
+            &engine::FencedChange::AssertFence,
+            client.outer,
+        )
+        .map(drop);
+    }
     target.run(client, Stmt::AssertFence, []).map(drop)
 }
 
 /// Drops a key in any state; true if there was one.
 pub fn forget(client: &Client<'_, '_>, tenant: &str, key: &str) -> bool {
+    if let Some(keys) = engine::open() {
+        return engine::forget(&keys, tenant, key);
+    }
     lock_key(tenant, key);
     !run(client.spi, Stmt::Forget, &[tenant.into(), key.into()]).is_empty()
 }

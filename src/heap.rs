@@ -1,0 +1,576 @@
+//! Rows of a plain heap table, read through a btree index and written through the heap and
+//! index access methods, without the executor: what PostgreSQL's `CatalogTupleInsert` and
+//! `CatalogTupleUpdate` do for the system catalogs, with the concurrency results the caller
+//! needs instead of "tuple concurrently updated" errors (wait or not, and who holds a row).
+//!
+//! No policy here: the key store decides what to read and write. The differences between
+//! PostgreSQL versions live in `pg_version`.
+//!
+//! What the executor would do and this module does too: heap_insert/heap_update/heap_delete
+//! (WAL, TOAST, visibility map, statistics, predicate locks for SERIALIZABLE, replica identity
+//! for logical decoding are theirs), an entry in every index for each new row version that is
+//! not heap-only, unique checks, a command counter increment after each write. What it cannot
+//! do, and so refuses to open (`Table::open` says why): triggers, row level security, CHECK
+//! constraints, generated columns, partitioning, another table access method, indexes that are
+//! not plain btree indexes on columns (expressions, predicates, exclusion constraints, deferred
+//! uniqueness).
+
+use pgrx::pg_sys;
+use pgrx::{IntoDatum, PgTupleDesc};
+
+use crate::errors;
+use crate::pg_version;
+
+/// A table opened with RowExclusiveLock for reads and writes without the executor, with its
+/// indexes. Closed (locks kept until the end of the transaction) when dropped.
+pub struct Table {
+    rel: pg_sys::Relation,
+    indexes: Vec<(pg_sys::Relation, *mut pg_sys::IndexInfo)>,
+}
+
+/// Which row versions a look-up returns.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Snap {
+    /// The transaction's snapshot (a new one for each call at READ COMMITTED).
+    Transaction,
+    /// The latest version, committed or not: another transaction's uncommitted insert, or the
+    /// version another transaction is updating, deleting or has locked (PostgreSQL's
+    /// SnapshotDirty, which unique checks use).
+    Latest,
+}
+
+/// Who, other than committed history, is acting on a row version found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holder {
+    Nobody,
+    /// This transaction inserted it, or updated or locked it (any live subtransaction).
+    Me,
+    /// Another transaction, still running, is inserting it (found with `Snap::Latest` only).
+    Inserting(pg_sys::TransactionId),
+    /// Another transaction, still running, updates, deletes or has locked it (`Snap::Latest`).
+    Changing(pg_sys::TransactionId),
+}
+
+/// A row version found by a look-up: its values (pointing into a copy of the tuple in the
+/// current memory context), where it is, and who holds it.
+pub struct Found {
+    pub tid: pg_sys::ItemPointerData,
+    pub values: Vec<pg_sys::Datum>,
+    pub nulls: Vec<bool>,
+    pub holder: Holder,
+}
+
+impl Found {
+    /// Whether two look-ups found the same row version.
+    pub fn same_version(a: Option<&Found>, b: Option<&Found>) -> bool {
+        match (a, b) {
+            (None, None) => true,
+            (Some(a), Some(b)) => {
+                let (a, b) = (a.tid, b.tid);
+                a.ip_posid == b.ip_posid
+                    && a.ip_blkid.bi_hi == b.ip_blkid.bi_hi
+                    && a.ip_blkid.bi_lo == b.ip_blkid.bi_lo
+            }
+            _ => false,
+        }
+    }
+
+    pub fn datum(&self, attno: usize) -> Option<pg_sys::Datum> {
+        (!self.nulls[attno - 1]).then(|| self.values[attno - 1])
+    }
+}
+
+/// What a write to an existing row version gave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Write {
+    Done,
+    /// Another running transaction holds the row (only when not waiting).
+    Busy(pg_sys::TransactionId),
+    /// A committed transaction updated or deleted the row since it was read: read it again
+    /// (or, with a transaction snapshot, fail with a serialization failure).
+    Changed,
+}
+
+impl Table {
+    /// Opens the relation `relid` with RowExclusiveLock; Err names what the executor would have
+    /// to do for it that this module does not.
+    pub fn open(relid: pg_sys::Oid) -> Result<Table, &'static str> {
+        // SAFETY: table_open raises an ERROR for a missing relation; the pointer stays valid
+        // while the table is open, until `Drop`.
+        let rel = unsafe { pg_sys::table_open(relid, pg_sys::RowExclusiveLock as i32) };
+        let mut table = Table {
+            rel,
+            indexes: Vec::new(),
+        };
+        table.check_writable()?;
+        // SAFETY: rel is open; RelationGetIndexList returns a fresh list of index OIDs.
+        let list = unsafe { pg_sys::RelationGetIndexList(rel) };
+        for oid in oid_list(list) {
+            // SAFETY: an index of the open table; opened with the lock INSERT takes on indexes,
+            // closed in Drop.
+            let index = unsafe { pg_sys::index_open(oid, pg_sys::RowExclusiveLock as i32) };
+            // SAFETY: index is open; BuildIndexInfo allocates in the current memory context.
+            let info = unsafe { pg_sys::BuildIndexInfo(index) };
+            table.indexes.push((index, info));
+            // SAFETY: both pointers were just returned by PostgreSQL and are valid.
+            unsafe { check_index(index, info) }?;
+        }
+        Ok(table)
+    }
+
+    fn check_writable(&self) -> Result<(), &'static str> {
+        // SAFETY: self.rel is an open relation; these are plain reads of its cached catalog data.
+        unsafe {
+            let class = &*(*self.rel).rd_rel;
+            if class.relkind != pg_sys::RELKIND_RELATION as i8 {
+                return Err("it is not a plain table");
+            }
+            if class.relam != pg_sys::HEAP_TABLE_AM_OID {
+                return Err("it does not use the heap access method");
+            }
+            if class.relrowsecurity {
+                return Err("it has row level security");
+            }
+            if !(*self.rel).trigdesc.is_null() {
+                return Err("it has triggers");
+            }
+            let constr = (*(*self.rel).rd_att).constr;
+            if !constr.is_null() && ((*constr).num_check > 0 || (*constr).has_generated_stored) {
+                return Err("it has CHECK constraints or generated columns");
+            }
+        }
+        Ok(())
+    }
+
+    pub fn relid(&self) -> pg_sys::Oid {
+        // SAFETY: self.rel is open.
+        unsafe { (*self.rel).rd_id }
+    }
+
+    fn descriptor(&self) -> PgTupleDesc<'_> {
+        // SAFETY: the relation's descriptor lives as long as the open relation, which outlives
+        // the borrow; from_pg_unchecked never frees it.
+        unsafe { PgTupleDesc::from_pg_unchecked((*self.rel).rd_att) }
+    }
+
+    /// The attribute number of a column, by name.
+    pub fn attno(&self, name: &str) -> Option<usize> {
+        self.descriptor()
+            .iter()
+            .position(|a| !a.attisdropped && a.name() == name)
+            .map(|i| i + 1)
+    }
+
+    /// The number of attributes of the table's rows (dropped columns included).
+    pub fn natts(&self) -> usize {
+        self.descriptor().len()
+    }
+
+    /// Looks up the row whose text columns `columns` (attribute numbers) equal `values`,
+    /// through the index `index` (a unique btree index whose leading columns they are).
+    pub fn find(&self, index: pg_sys::Oid, columns: &[(usize, &str)], snap: Snap) -> Option<Found> {
+        let position = self
+            .indexes
+            .iter()
+            .position(|(rel, _)| {
+                // SAFETY: rel is an open index.
+                unsafe { (*rel).as_ref() }.is_some_and(|r| r.rd_id == index)
+            })
+            .unwrap_or_else(|| errors::internal("looking up a key", "index not found").raise());
+        let index_rel = self.indexes[position].0;
+        let mut keys: Vec<pg_sys::ScanKeyData> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, (attno, value))| {
+                // SAFETY: a zeroed ScanKeyData is filled in completely by ScanKeyEntryInitialize;
+                // the collation is the index column's own, so the btree compares as it sorted.
+                unsafe {
+                    let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
+                    pg_sys::ScanKeyEntryInitialize(
+                        &mut key,
+                        0,
+                        *attno as pg_sys::AttrNumber,
+                        pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+                        pg_sys::InvalidOid,
+                        *(*index_rel).rd_indcollation.add(i),
+                        pg_sys::RegProcedure::from(pg_sys::F_TEXTEQ),
+                        value.into_datum().expect("text is never NULL"),
+                    );
+                    key
+                }
+            })
+            .collect();
+        // SAFETY: a dirty snapshot is a SnapshotData with only its type set (InitDirtySnapshot);
+        // the scan fills in xmin/xmax for each tuple it returns.
+        let mut dirty: pg_sys::SnapshotData = unsafe { std::mem::zeroed() };
+        dirty.snapshot_type = pg_sys::SnapshotType::SNAPSHOT_DIRTY;
+        let registered = match snap {
+            // SAFETY: GetTransactionSnapshot returns a valid snapshot; registering copies it, so
+            // later calls cannot change it under the scan; unregistered below.
+            Snap::Transaction => unsafe {
+                pg_sys::RegisterSnapshot(pg_sys::GetTransactionSnapshot())
+            },
+            Snap::Latest => &raw mut dirty,
+        };
+        // SAFETY: the relation and index are open, the keys are initialized and outlive the scan;
+        // the tuple returned by systable_getnext is valid until the next call, and is copied
+        // before the scan ends.
+        let found = unsafe {
+            let scan = pg_sys::systable_beginscan(
+                self.rel,
+                index,
+                true,
+                registered,
+                keys.len() as i32,
+                keys.as_mut_ptr(),
+            );
+            let tuple = pg_sys::systable_getnext(scan);
+            let found = (!tuple.is_null()).then(|| {
+                let holder = if dirty.xmin != pg_sys::InvalidTransactionId {
+                    Holder::Inserting(dirty.xmin)
+                } else if dirty.xmax != pg_sys::InvalidTransactionId {
+                    Holder::Changing(dirty.xmax)
+                } else if held_by_me((*tuple).t_data) {
+                    Holder::Me
+                } else {
+                    Holder::Nobody
+                };
+                self.deform(pg_sys::heap_copytuple(tuple), holder)
+            });
+            pg_sys::systable_endscan(scan);
+            if snap == Snap::Transaction {
+                pg_sys::UnregisterSnapshot(registered);
+            }
+            found
+        };
+        found
+    }
+
+    /// SAFETY: `tuple` is a valid heap tuple of this table in memory that outlives the result.
+    unsafe fn deform(&self, tuple: pg_sys::HeapTuple, holder: Holder) -> Found {
+        let natts = self.natts();
+        let mut values = vec![pg_sys::Datum::from(0); natts];
+        let mut nulls = vec![true; natts];
+        // SAFETY: the arrays have one entry per attribute of the descriptor the tuple was
+        // formed with (the caller's promise).
+        unsafe {
+            pg_sys::heap_deform_tuple(
+                tuple,
+                (*self.rel).rd_att,
+                values.as_mut_ptr(),
+                nulls.as_mut_ptr(),
+            );
+            Found {
+                tid: (*tuple).t_self,
+                values,
+                nulls,
+                holder,
+            }
+        }
+    }
+
+    fn form(&self, values: &mut [pg_sys::Datum], nulls: &mut [bool]) -> pg_sys::HeapTuple {
+        if values.len() != self.natts() || nulls.len() != self.natts() {
+            errors::internal("writing a row", "wrong number of columns").raise();
+        }
+        for (i, attribute) in self.descriptor().iter().enumerate() {
+            if attribute.attnotnull && nulls[i] {
+                errors::internal(
+                    "writing a row",
+                    format!("NULL in NOT NULL column {}", attribute.name()),
+                )
+                .raise();
+            }
+        }
+        // SAFETY: one value and one null flag per attribute, as checked above; the datums are
+        // of the columns' types (the caller's promise), copied into the new tuple.
+        unsafe {
+            pg_sys::heap_form_tuple((*self.rel).rd_att, values.as_mut_ptr(), nulls.as_mut_ptr())
+        }
+    }
+
+    /// Inserts a row and its index entries; unique indexes raise 23505 on a duplicate (and
+    /// would wait for an uncommitted one, which the caller rules out first).
+    pub fn insert(&self, values: &mut [pg_sys::Datum], nulls: &mut [bool]) {
+        let tuple = self.form(values, nulls);
+        // SAFETY: the table is open with RowExclusiveLock and the tuple matches its descriptor;
+        // heap_insert assigns the transaction id, writes WAL and TOASTs as needed.
+        unsafe {
+            pg_sys::heap_insert(
+                self.rel,
+                tuple,
+                pg_sys::GetCurrentCommandId(true),
+                0,
+                std::ptr::null_mut(),
+            );
+        }
+        self.insert_index_entries(tuple, None);
+        // SAFETY: makes the row visible to the next look-up of this transaction.
+        unsafe { pg_sys::CommandCounterIncrement() };
+    }
+
+    /// Replaces the row version at `found` with `values`; without `wait`, a row another running
+    /// transaction holds is left alone (`Write::Busy`).
+    pub fn update(
+        &self,
+        found: &Found,
+        values: &mut [pg_sys::Datum],
+        nulls: &mut [bool],
+        wait: bool,
+    ) -> Write {
+        let tuple = self.form(values, nulls);
+        let mut tid = found.tid;
+        // SAFETY: the failure data is written by heap_update before it is read
+        let mut failure: pg_sys::TM_FailureData = unsafe { std::mem::zeroed() };
+        // SAFETY: the table is open with RowExclusiveLock, tid comes from a look-up of it in
+        // this command, and the tuple matches its descriptor.
+        let result = unsafe {
+            pg_version::heap_update(
+                self.rel,
+                &mut tid,
+                tuple,
+                pg_sys::GetCurrentCommandId(true),
+                wait,
+                &mut failure,
+            )
+        };
+        let write = self.write_result(result, &failure);
+        if write == Write::Done {
+            // SAFETY: heap_update set the new version's header, heap-only or not.
+            if !unsafe { pg_sys::HeapTupleHeaderIsHeapOnly((*tuple).t_data) } {
+                self.insert_index_entries(tuple, Some((found, values, nulls)));
+            }
+            // SAFETY: makes the new version visible to the next look-up of this transaction.
+            unsafe { pg_sys::CommandCounterIncrement() };
+        }
+        write
+    }
+
+    /// Deletes the row version at `found` (its index entries go with VACUUM, as always).
+    pub fn delete(&self, found: &Found, wait: bool) -> Write {
+        let mut tid = found.tid;
+        // SAFETY: the failure data is written by heap_delete before it is read
+        let mut failure: pg_sys::TM_FailureData = unsafe { std::mem::zeroed() };
+        // SAFETY: the table is open with RowExclusiveLock; tid comes from a look-up of it.
+        let result = unsafe {
+            pg_sys::heap_delete(
+                self.rel,
+                &mut tid,
+                pg_sys::GetCurrentCommandId(true),
+                std::ptr::null_mut(),
+                wait,
+                &mut failure,
+                false,
+            )
+        };
+        let write = self.write_result(result, &failure);
+        if write == Write::Done {
+            // SAFETY: makes the deletion visible to the next look-up of this transaction.
+            unsafe { pg_sys::CommandCounterIncrement() };
+        }
+        write
+    }
+
+    /// Locks the row version at `found` until the end of the transaction, as
+    /// SELECT ... FOR NO KEY UPDATE does, waiting for a transaction that holds it.
+    pub fn lock(&self, found: &Found) -> Write {
+        // SAFETY: zeroed structs are filled in by heap_lock_tuple before they are read, apart
+        // from the tuple's t_self and t_tableOid, set here.
+        let (mut tuple, mut failure): (pg_sys::HeapTupleData, pg_sys::TM_FailureData) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        tuple.t_self = found.tid;
+        tuple.t_tableOid = self.relid();
+        let mut buffer: pg_sys::Buffer = 0;
+        // SAFETY: the table is open; heap_lock_tuple pins the buffer it returns, released below.
+        let result = unsafe {
+            let result = pg_sys::heap_lock_tuple(
+                self.rel,
+                &mut tuple,
+                pg_sys::GetCurrentCommandId(true),
+                pg_sys::LockTupleMode::LockTupleNoKeyExclusive,
+                pg_sys::LockWaitPolicy::LockWaitBlock,
+                false,
+                &mut buffer,
+                &mut failure,
+            );
+            if buffer != 0 {
+                pg_sys::ReleaseBuffer(buffer);
+            }
+            result
+        };
+        self.write_result(result, &failure)
+    }
+
+    fn write_result(
+        &self,
+        result: pg_sys::TM_Result::Type,
+        failure: &pg_sys::TM_FailureData,
+    ) -> Write {
+        match result {
+            pg_sys::TM_Result::TM_Ok => Write::Done,
+            pg_sys::TM_Result::TM_BeingModified | pg_sys::TM_Result::TM_WouldBlock => {
+                Write::Busy(failure.xmax)
+            }
+            pg_sys::TM_Result::TM_Updated | pg_sys::TM_Result::TM_Deleted => Write::Changed,
+            // a version this very command wrote, or one no snapshot of it could have found
+            other => errors::internal(
+                "writing a row",
+                format!("unexpected result {other} of a heap write"),
+            )
+            .raise(),
+        }
+    }
+
+    /// Adds the index entries of a new row version (`old`: the version it replaces, for the
+    /// "unchanged" hint that lets btree delete old versions bottom-up).
+    fn insert_index_entries(
+        &self,
+        tuple: pg_sys::HeapTuple,
+        old: Option<(&Found, &[pg_sys::Datum], &[bool])>,
+    ) {
+        // SAFETY: a standalone slot for the table's descriptor holding the new tuple (not owned
+        // by the slot), dropped at the end; FormIndexDatum needs no executor state for indexes
+        // on plain columns, which `open` guarantees.
+        unsafe {
+            let slot = pg_sys::MakeSingleTupleTableSlot(
+                (*self.rel).rd_att,
+                &raw const pg_sys::TTSOpsHeapTuple,
+            );
+            pg_sys::ExecStoreHeapTuple(tuple, slot, false);
+            for &(index, info) in &self.indexes {
+                if !(*info).ii_ReadyForInserts {
+                    continue;
+                }
+                let mut values = [pg_sys::Datum::from(0); pg_sys::INDEX_MAX_KEYS as usize];
+                let mut isnull = [false; pg_sys::INDEX_MAX_KEYS as usize];
+                pg_sys::FormIndexDatum(
+                    info,
+                    slot,
+                    std::ptr::null_mut(),
+                    values.as_mut_ptr(),
+                    isnull.as_mut_ptr(),
+                );
+                let unchanged = old.is_some_and(|(old, values, nulls)| {
+                    Self::index_unchanged(info, old, (values, nulls))
+                });
+                let check = if (*info).ii_Unique {
+                    pg_sys::IndexUniqueCheck::UNIQUE_CHECK_YES
+                } else {
+                    pg_sys::IndexUniqueCheck::UNIQUE_CHECK_NO
+                };
+                pg_sys::index_insert(
+                    index,
+                    values.as_mut_ptr(),
+                    isnull.as_mut_ptr(),
+                    &mut (*tuple).t_self,
+                    self.rel,
+                    check,
+                    unchanged,
+                    info,
+                );
+            }
+            pg_sys::ExecDropSingleTupleTableSlot(slot);
+        }
+    }
+
+    /// Whether an update left every column of the index as it was: `new` are the values the
+    /// new version was formed from. By-reference values count as unchanged only when they are
+    /// the same datum (callers pass the old datum on for a column they do not change): the hint
+    /// may say "changed" wrongly, never "unchanged".
+    ///
+    /// SAFETY: `info` is an index of this table.
+    unsafe fn index_unchanged(
+        info: *mut pg_sys::IndexInfo,
+        old: &Found,
+        new: (&[pg_sys::Datum], &[bool]),
+    ) -> bool {
+        // SAFETY: the caller's promise.
+        let attnos =
+            unsafe { &(&(*info).ii_IndexAttrNumbers)[..(*info).ii_NumIndexAttrs as usize] };
+        attnos.iter().all(|&attno| {
+            let i = attno as usize - 1;
+            old.datum(attno as usize) == (!new.1[i]).then(|| new.0[i])
+        })
+    }
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        // SAFETY: closes what `open` opened; NoLock keeps the locks until the end of the
+        // transaction, as the executor does.
+        unsafe {
+            for &(index, _) in &self.indexes {
+                pg_sys::index_close(index, pg_sys::NoLock as i32);
+            }
+            pg_sys::table_close(self.rel, pg_sys::NoLock as i32);
+        }
+    }
+}
+
+/// SAFETY: `index` is an open index and `info` its IndexInfo.
+unsafe fn check_index(
+    index: pg_sys::Relation,
+    info: *mut pg_sys::IndexInfo,
+) -> Result<(), &'static str> {
+    // SAFETY: the caller's promise.
+    unsafe {
+        if (*info).ii_Am != pg_sys::BTREE_AM_OID {
+            return Err("it has an index that is not a btree index");
+        }
+        if !(*info).ii_Expressions.is_null()
+            || !(*info).ii_Predicate.is_null()
+            || !(*info).ii_ExclusionOps.is_null()
+        {
+            return Err("it has an index with expressions, a predicate or an exclusion constraint");
+        }
+        if (*info).ii_Unique && !(*(*index).rd_index).indimmediate {
+            return Err("it has a deferrable unique index");
+        }
+    }
+    Ok(())
+}
+
+/// The OIDs of a list of OIDs.
+fn oid_list(list: *mut pg_sys::List) -> Vec<pg_sys::Oid> {
+    if list.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: a non-NIL T_OidList: `length` cells, each holding an oid_value.
+    unsafe {
+        (0..(*list).length as usize)
+            .map(|i| (*(*list).elements.add(i)).oid_value)
+            .collect()
+    }
+}
+
+/// Whether this transaction (a live subtransaction of it) inserted the tuple, or updated or
+/// locked it.
+///
+/// SAFETY: `header` is the header of a valid tuple.
+unsafe fn held_by_me(header: pg_sys::HeapTupleHeader) -> bool {
+    // SAFETY: the caller's promise; the fields read exist in every supported version.
+    unsafe {
+        if pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::HeapTupleHeaderGetRawXmin(header)) {
+            return true;
+        }
+        let infomask = (*header).t_infomask as u32;
+        if infomask & pg_sys::HEAP_XMAX_INVALID != 0 {
+            return false;
+        }
+        let xmax = (*header).t_choice.t_heap.t_xmax;
+        if infomask & pg_sys::HEAP_XMAX_IS_MULTI == 0 {
+            return pg_sys::TransactionIdIsCurrentTransactionId(xmax);
+        }
+        let lock_only = infomask & pg_sys::HEAP_XMAX_LOCK_ONLY != 0
+            || infomask & (pg_sys::HEAP_XMAX_IS_MULTI | pg_sys::HEAP_LOCK_MASK)
+                == pg_sys::HEAP_XMAX_EXCL_LOCK;
+        let mut members: *mut pg_sys::MultiXactMember = std::ptr::null_mut();
+        let count = pg_sys::GetMultiXactIdMembers(xmax, &mut members, false, lock_only);
+        let mine = (0..count.max(0) as usize)
+            .any(|i| pg_sys::TransactionIdIsCurrentTransactionId((*members.add(i)).xid));
+        if !members.is_null() {
+            pg_sys::pfree(members.cast());
+        }
+        mine
+    }
+}
