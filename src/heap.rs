@@ -194,7 +194,9 @@ impl Table {
                         pg_sys::InvalidOid,
                         *(*index_rel).rd_indcollation.add(i),
                         pg_sys::RegProcedure::from(pg_sys::F_TEXTEQ),
-                        value.into_datum().expect("text is never NULL"),
+                        value.into_datum().unwrap_or_else(|| {
+                            errors::internal("looking up a key", "NULL text").raise()
+                        }),
                     );
                     key
                 }
@@ -215,7 +217,7 @@ impl Table {
         // SAFETY: the relation and index are open, the keys are initialized and outlive the scan;
         // the tuple returned by systable_getnext is valid until the next call, and is copied
         // before the scan ends.
-        let found = unsafe {
+        unsafe {
             let scan = pg_sys::systable_beginscan(
                 self.rel,
                 index,
@@ -242,8 +244,7 @@ impl Table {
                 pg_sys::UnregisterSnapshot(registered);
             }
             found
-        };
-        found
+        }
     }
 
     /// SAFETY: `tuple` is a valid heap tuple of this table in memory that outlives the result.

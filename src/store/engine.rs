@@ -430,9 +430,9 @@ fn write_claim<'m>(
 ) -> Claimed<'m> {
     let c = keys.catalog.columns;
     let latest = keys.find(request.tenant, request.key, Snap::Latest);
-    match latest.as_ref().map(|f| f.holder) {
-        Some(Holder::Inserting(xid) | Holder::Changing(xid)) => return Claimed::HeldBy(xid),
-        _ => {}
+    if let Some(Holder::Inserting(xid) | Holder::Changing(xid)) = latest.as_ref().map(|f| f.holder)
+    {
+        return Claimed::HeldBy(xid);
     }
     if !Found::same_version(latest.as_ref(), seen) {
         return Claimed::Changed;
