@@ -392,7 +392,7 @@ def fill_handrolled(server: Server, n: int, tag: str, body: bool, ttl: str) -> f
 
 def reset_tables(server: Server) -> None:
     server.execute("""
-TRUNCATE payments, handrolled_keys, idem.keys RESTART IDENTITY;
+TRUNCATE payments, handrolled_keys, plpgsql_keys, idem.keys RESTART IDENTITY;
 ALTER SEQUENCE bench_pair_seq RESTART;
 ALTER SEQUENCE bench_outcome_claimed RESTART;
 ALTER SEQUENCE bench_outcome_completed RESTART;
@@ -434,15 +434,16 @@ SELECT (SELECT count(*) FROM payments),
        (SELECT count(*) FILTER (WHERE status = 'completed') FROM handrolled_keys),
        (SELECT count(*) FROM idem.keys),
        (SELECT count(*) FROM idem.keys WHERE state = 'c'),
-       (SELECT count(*) FROM idem.keys WHERE state = 'p')
+       (SELECT count(*) FROM idem.keys WHERE state = 'p'),
+       (SELECT count(*) FILTER (WHERE state = 'c') FROM plpgsql_keys)
 """)[0]
-    payments, hr, hr_done, keys, keys_done, keys_open = map(int, q)
+    payments, hr, hr_done, keys, keys_done, keys_open, pl_done = map(int, q)
     n = r.txns
     idem_upd = after["idem_upd"] - before["idem_upd"]
     hr_upd = after["hr_upd"] - before["hr_upd"]
     extra["rows"] = dict(payments=payments, handrolled_keys=hr, idem_keys=keys,
                          idem_completed=keys_done, idem_in_progress=keys_open)
-    rel = {"handrolled": "handrolled_keys", "pg_idem": "idem.keys", "lease": "idem.keys",
+    rel = {"handrolled": "handrolled_keys", "plpgsql": "plpgsql_keys", "pg_idem": "idem.keys", "lease": "idem.keys",
            "contended": "idem.keys"}.get(scenario)
     if rel:
         size = int(server.value(f"SELECT pg_table_size('{rel}') + pg_indexes_size('{rel}')"))
@@ -458,6 +459,9 @@ SELECT (SELECT count(*) FROM payments),
         expect(payments == n and hr == n and hr_done == n,
                f"payments {payments}, keys {hr}, completed {hr_done} != transactions {n}")
         expect(hr_upd == n, f"handrolled_keys updates {hr_upd} != transactions {n}")
+    elif scenario == "plpgsql":
+        expect(payments == n and pl_done == n,
+               f"payments {payments}, completed plpgsql_keys {pl_done} != transactions {n}")
     elif scenario in ("pg_idem", "lease"):
         expect(payments == n and keys == n and keys_done == n,
                f"payments {payments}, keys {keys}, completed {keys_done} != transactions {n}")

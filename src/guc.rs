@@ -22,7 +22,8 @@ pub static DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
 pub static PURGE_INTERVAL_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
 pub static PURGE_BATCH_DELAY_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
-pub static PURGE_BATCH_SIZE: GucSetting<i32> = GucSetting::<i32>::new(5000);
+pub static PURGE_BATCH_SIZE: GucSetting<i32> = GucSetting::<i32>::new(1000);
+pub static PURGE_MAX_RATE: GucSetting<i32> = GucSetting::<i32>::new(60_000);
 
 pub fn init() {
     GucRegistry::define_int_guc(
@@ -135,6 +136,17 @@ pub fn init() {
         GucContext::Sighup,
         GucFlags::UNIT_MS,
     );
+    GucRegistry::define_int_guc(
+        c"pg_idem.purge_max_rate",
+        c"Most keys per second the purge worker deletes in one pass; 0 for no limit.",
+        c"The worker paces its batches to this budget, so that a large backlog is deleted \
+          steadily instead of in a burst that takes CPU, WAL bandwidth and I/O from claims.",
+        &PURGE_MAX_RATE,
+        0,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::empty(),
+    );
     reserve_prefix();
 }
 
@@ -199,6 +211,12 @@ pub fn purge_interval_ms() -> u64 {
 
 pub fn purge_batch_size() -> i64 {
     i64::from(PURGE_BATCH_SIZE.get())
+}
+
+/// The purge worker's budget in keys per second; None for no limit.
+pub fn purge_max_rate() -> Option<f64> {
+    let rate = PURGE_MAX_RATE.get();
+    (rate > 0).then_some(f64::from(rate))
 }
 
 pub fn purge_batch_delay() -> std::time::Duration {

@@ -548,9 +548,14 @@ fn purge_pass(index: usize, database: &str) -> bool {
         if !done.more(batch) {
             break;
         }
-        // between batches: pause if asked, stop promptly on SIGTERM (it sets the latch and ends
-        // the pause), pick up a new batch size or delay on SIGHUP
-        if !BackgroundWorker::wait_latch(Some(guc::purge_batch_delay())) {
+        // between batches: pause as asked, and long enough to stay within the budget of keys
+        // per second; stop promptly on SIGTERM (it sets the latch and ends the pause), pick up
+        // a new batch size, delay or budget on SIGHUP
+        let budget_wait = guc::purge_max_rate()
+            .map(|rate| Duration::from_secs_f64(keys as f64 / rate))
+            .and_then(|due| due.checked_sub(started.elapsed()))
+            .unwrap_or_default();
+        if !BackgroundWorker::wait_latch(Some(guc::purge_batch_delay().max(budget_wait))) {
             keep_running = false;
             break;
         }

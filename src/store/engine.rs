@@ -564,6 +564,12 @@ pub fn fenced(
             keys.fence_of(f) == target.fence
                 && row.as_ref().is_some_and(|r| r.state == State::InProgress)
         }) else {
+            // Another transaction may be writing the key right now (a claim that handed out
+            // this very fence, a takeover, a forget): its outcome decides, so wait for it and
+            // look again, as the executor path does behind the key lock.
+            if wait_for_writer(keys, target.tenant, target.key) {
+                continue;
+            }
             return Err(target.refusal_for(row.as_ref()));
         };
         let (mut values, mut nulls) = keys.values_of(&found);
@@ -648,11 +654,27 @@ pub fn fenced(
     }
 }
 
+/// Waits for another transaction that inserts or changes the key, if there is one right now;
+/// true if it waited. Only the paths that found no row to act on call it, so a transaction never
+/// waits for itself: its own writes are visible to it.
+fn wait_for_writer(keys: &Keys, tenant: &str, key: &str) -> bool {
+    match keys.find(tenant, key, Snap::Latest).map(|f| f.holder) {
+        Some(Holder::Inserting(xid) | Holder::Changing(xid)) => {
+            wait_for(xid);
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Drops a key in any state; true if there was one.
 pub fn forget(keys: &Keys, tenant: &str, key: &str) -> bool {
     loop {
         pgrx::check_for_interrupts!();
         let Some(found) = keys.find(tenant, key, Snap::Transaction) else {
+            if wait_for_writer(keys, tenant, key) {
+                continue;
+            }
             return false;
         };
         prevent_if_read_only(c"DELETE");

@@ -1,0 +1,256 @@
+//! The key store at engine level (src/store/engine.rs, src/heap.rs), through real sessions:
+//! claims held open in many transactions take no lock-table entry per key, an attempt in flight
+//! is answered `in_progress` at once however it is in flight, and a fenced write that waited
+//! for another transaction checks its fence again on the row that transaction left.
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use pg_idem_tests::*;
+
+/// Lock-table rows (pg_locks) held by the backend `pid`.
+fn locks_of(monitor: &mut Client, pid: i32) -> i64 {
+    monitor
+        .query_one("SELECT count(*) FROM pg_locks WHERE pid = $1", &[&pid])
+        .unwrap()
+        .get(0)
+}
+
+fn backend_pid(db: &mut impl Queryable) -> i32 {
+    db.query_one_("SELECT pg_backend_pid()", &[]).unwrap().get(0)
+}
+
+fn fence(c: &Claim) -> i64 {
+    c.fence.expect("a fence")
+}
+
+/// Claims `n` fresh keys one by one (`idem_claim`) or in one batch (`idem_claim_many`), in the
+/// transaction `tx`; returns how many were claimed.
+fn claim_fresh(tx: &mut impl Queryable, prefix: &str, n: i32, batch: bool) -> i64 {
+    try_claim_fresh(tx, prefix, n, batch).unwrap()
+}
+
+fn try_claim_fresh(
+    tx: &mut impl Queryable,
+    prefix: &str,
+    n: i32,
+    batch: bool,
+) -> Result<i64, postgres::Error> {
+    let sql = if batch {
+        "SELECT count(*) FROM idem_claim_many('t', \
+           ARRAY(SELECT $1 || g FROM generate_series(1, $2) AS g), \
+           pg_catalog.array_fill('h'::text, ARRAY[$2])) AS c \
+         WHERE c.outcome = 'claimed'"
+    } else {
+        "SELECT count(*) FROM generate_series(1, $2) AS g, idem_claim('t', $1 || g, 'h') AS c \
+         WHERE c.outcome = 'claimed'"
+    };
+    tx.query_one_(sql, &[&prefix, &n]).map(|row| row.get(0))
+}
+
+/// `sessions` sessions each claim `per_session` keys in one open transaction; while all are
+/// open, each holds as many lock-table rows as after its first 10 claims, and another session
+/// can still take locks. Then all commit and every key is there.
+fn claim_open(server: &Server, sessions: usize, per_session: i32, batch: bool) {
+    let barrier = Arc::new(Barrier::new(sessions + 1));
+    let done = Arc::new(Barrier::new(sessions + 1));
+    let workers: Vec<_> = (0..sessions)
+        .map(|s| {
+            let conninfo = server.conninfo("postgres");
+            let (barrier, done) = (barrier.clone(), done.clone());
+            thread::spawn(move || {
+                let mut db = Client::connect(&conninfo, NoTls).unwrap();
+                let mut monitor = Client::connect(&conninfo, NoTls).unwrap();
+                let mut tx = db.transaction().unwrap();
+                let pid = backend_pid(&mut tx);
+                let prefix = format!("open-{batch}-{s}-");
+                // errors are kept until every session has met at the barriers, so that one
+                // failing session fails the test instead of leaving the others waiting
+                let first = try_claim_fresh(&mut tx, &format!("{prefix}first-"), 10, batch);
+                let after_ten = locks_of(&mut monitor, pid);
+                let claimed = try_claim_fresh(&mut tx, &prefix, per_session, batch);
+                barrier.wait(); // every session has claimed its keys and still holds them
+                let after_all = locks_of(&mut monitor, pid);
+                done.wait(); // the main thread has checked the server meanwhile
+                assert_eq!(first.expect("the first claims"), 10, "session {s}");
+                assert_eq!(claimed.expect("the claims"), i64::from(per_session), "session {s}");
+                tx.commit().unwrap();
+                (after_ten, after_all)
+            })
+        })
+        .collect();
+    barrier.wait();
+    // every other session of the server can still take locks and claim
+    let mut other = server.client();
+    let mut tx = other.transaction().unwrap();
+    let others = try_claim_fresh(&mut tx, &format!("other-{batch}-"), 100, false);
+    let locked = tx.execute("LOCK TABLE pg_catalog.pg_class IN ACCESS SHARE MODE", &[]);
+    tx.commit().unwrap();
+    done.wait();
+    assert_eq!(others.expect("claims of another session"), 100);
+    locked.expect("another session takes a lock");
+    for worker in workers {
+        let (after_ten, after_all) = worker.join().unwrap();
+        assert!(
+            after_all <= after_ten,
+            "lock-table rows grew with the keys claimed: {after_ten} after 10 claims, {after_all} after {per_session} more"
+        );
+    }
+    let expected = sessions as i64 * i64::from(per_session + 10) + 100;
+    let stored: i64 = server
+        .client()
+        .query_one(
+            "SELECT count(*) FROM idem.keys WHERE key LIKE $1 OR key LIKE $2",
+            &[&format!("open-{batch}-%"), &format!("other-{batch}-%")],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(stored, expected);
+}
+
+#[test]
+fn a_hundred_thousand_open_claims_take_no_lock_per_key() {
+    // default max_locks_per_transaction (64): room for about 6,400 locks in the whole server,
+    // which one lock per claimed key would exhaust 15 times over (53200 out of shared memory)
+    let server = Server::start(&[]);
+    claim_open(&server, 4, 25_000, false);
+    claim_open(&server, 16, 1_000, true);
+}
+
+/// Runs `sql` in a new session with a lock_timeout, and returns its first column and how long
+/// it took: an answer that waited for another transaction would fail with 55P03.
+fn answer_at_once(server: &Server, sql: &str) -> (String, Duration) {
+    let mut db = server.client();
+    db.batch_execute("SET lock_timeout = '2s'").unwrap();
+    let started = Instant::now();
+    let row = db.query_one(sql, &[]).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    (row.get(0), started.elapsed())
+}
+
+#[test]
+fn an_attempt_in_flight_is_in_progress_at_once() {
+    let server = Server::start(&[]);
+    let mut setup = server.client();
+    // k-taken: a committed claim whose lease has passed; k-done: a completed key
+    let expired = claim_with(&mut setup, "t", "k-taken", "h", "1 millisecond", None);
+    assert_eq!(expired.outcome, "claimed");
+    let done = claim(&mut setup, "t", "k-forgotten", "h");
+    complete(&mut setup, "t", "k-forgotten", fence(&done), 200, "{}");
+    thread::sleep(Duration::from_millis(20));
+
+    let ask = |key: &str| {
+        answer_at_once(
+            &server,
+            &format!("SELECT outcome FROM idem_claim('t', '{key}', 'h')"),
+        )
+    };
+    // in flight: an uncommitted insert, an uncommitted takeover, an uncommitted forget
+    let mut a = server.client();
+    let mut tx = a.transaction().unwrap();
+    assert_eq!(claim(&mut tx, "t", "k-new", "h").outcome, "claimed");
+    let takeover = claim(&mut tx, "t", "k-taken", "h");
+    assert_eq!(
+        (takeover.outcome.as_str(), takeover.attempt),
+        ("claimed", Some(2))
+    );
+    tx.execute("SELECT idem_forget('t', 'k-forgotten')", &[]).unwrap();
+    for key in ["k-new", "k-taken"] {
+        let (outcome, took) = ask(key);
+        assert_eq!(outcome, "in_progress", "{key}");
+        assert!(took < Duration::from_secs(1), "{key}: waited {took:?}");
+    }
+    // the forget is in flight: the completed row is still what everyone else sees
+    assert_eq!(ask("k-forgotten").0, "completed");
+    // this transaction's own attempts stay its own
+    assert_eq!(claim(&mut tx, "t", "k-new", "h").outcome, "in_progress");
+    assert_eq!(claim(&mut tx, "t", "k-taken", "h").outcome, "in_progress");
+    tx.rollback().unwrap();
+    // rolled back: the new key is free, the taken-over one is back to its expired lease
+    assert_eq!(ask("k-new").0, "claimed");
+    let (outcome, _) = answer_at_once(
+        &server,
+        "SELECT outcome || ':' || attempt FROM idem_claim('t', 'k-taken', 'h')",
+    );
+    assert_eq!(outcome, "claimed:2");
+}
+
+#[test]
+fn a_fenced_write_that_waited_checks_its_fence_again() {
+    let server = Server::start(&[]);
+    for taker_commits in [true, false] {
+        let key = format!("k-{taker_commits}");
+        let mut setup = server.client();
+        let first = claim_with(&mut setup, "t", &key, "h", "1 millisecond", None);
+        thread::sleep(Duration::from_millis(20));
+        // a second attempt takes the key over and keeps its transaction open
+        let mut b = server.client();
+        let mut tx = b.transaction().unwrap();
+        let second = claim(&mut tx, "t", &key, "h");
+        assert_eq!(second.attempt, Some(2));
+        // the first attempt completes meanwhile: it waits for the takeover's transaction
+        let conninfo = server.conninfo("postgres");
+        let (k, f) = (key.clone(), fence(&first));
+        let completing = thread::spawn(move || {
+            let mut a = Client::connect(&conninfo, NoTls).unwrap();
+            try_complete(&mut a, "t", &k, f, 200, r#"{"by": "first"}"#)
+        });
+        let mut monitor = server.client();
+        wait_for("the completion to wait", Duration::from_secs(10), || {
+            let waiting: i64 = monitor
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                      WHERE wait_event_type = 'Lock' AND query LIKE '%idem_complete%'",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            waiting == 1
+        });
+        if taker_commits {
+            tx.commit().unwrap();
+            let err = completing.join().unwrap().unwrap_err();
+            assert_eq!(sqlstate(&err), "55000", "a stale fence after waiting");
+        } else {
+            tx.rollback().unwrap();
+            completing.join().unwrap().expect("the fence holds again after the rollback");
+        }
+        let row = setup
+            .query_one(
+                "SELECT state::text, fence FROM idem.keys WHERE key = $1",
+                &[&key],
+            )
+            .unwrap();
+        let (state, stored_fence): (String, i64) = (row.get(0), row.get(1));
+        if taker_commits {
+            assert_eq!((state.as_str(), stored_fence), ("p", fence(&second)));
+        } else {
+            assert_eq!((state.as_str(), stored_fence), ("c", fence(&first)));
+        }
+    }
+}
+
+#[test]
+fn fenced_writes_at_repeatable_read_fail_on_a_concurrent_change() {
+    let server = Server::start(&[]);
+    let mut setup = server.client();
+    let first = claim(&mut setup, "t", "k", "h");
+    let mut a = server.client();
+    let mut tx = a
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .unwrap();
+    tx.query_one("SELECT 1", &[]).unwrap(); // take the snapshot
+    setup
+        .execute(
+            "SELECT idem_heartbeat('t', 'k', $1, interval '1 hour')",
+            &[&fence(&first)],
+        )
+        .unwrap();
+    let err = try_complete(&mut tx, "t", "k", fence(&first), 200, "{}").unwrap_err();
+    assert_eq!(sqlstate(&err), "40001");
+    drop(tx);
+    // retried, the completion goes through
+    complete(&mut a, "t", "k", fence(&first), 200, "{}");
+}
