@@ -18,7 +18,9 @@ fn locks_of(monitor: &mut Client, pid: i32) -> i64 {
 }
 
 fn backend_pid(db: &mut impl Queryable) -> i32 {
-    db.query_one_("SELECT pg_backend_pid()", &[]).unwrap().get(0)
+    db.query_one_("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0)
 }
 
 fn fence(c: &Claim) -> i64 {
@@ -27,10 +29,6 @@ fn fence(c: &Claim) -> i64 {
 
 /// Claims `n` fresh keys one by one (`idem_claim`) or in one batch (`idem_claim_many`), in the
 /// transaction `tx`; returns how many were claimed.
-fn claim_fresh(tx: &mut impl Queryable, prefix: &str, n: i32, batch: bool) -> i64 {
-    try_claim_fresh(tx, prefix, n, batch).unwrap()
-}
-
 fn try_claim_fresh(
     tx: &mut impl Queryable,
     prefix: &str,
@@ -74,7 +72,11 @@ fn claim_open(server: &Server, sessions: usize, per_session: i32, batch: bool) {
                 let after_all = locks_of(&mut monitor, pid);
                 done.wait(); // the main thread has checked the server meanwhile
                 assert_eq!(first.expect("the first claims"), 10, "session {s}");
-                assert_eq!(claimed.expect("the claims"), i64::from(per_session), "session {s}");
+                assert_eq!(
+                    claimed.expect("the claims"),
+                    i64::from(per_session),
+                    "session {s}"
+                );
                 tx.commit().unwrap();
                 (after_ten, after_all)
             })
@@ -124,7 +126,9 @@ fn answer_at_once(server: &Server, sql: &str) -> (String, Duration) {
     let mut db = server.client();
     db.batch_execute("SET lock_timeout = '2s'").unwrap();
     let started = Instant::now();
-    let row = db.query_one(sql, &[]).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let row = db
+        .query_one(sql, &[])
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
     (row.get(0), started.elapsed())
 }
 
@@ -154,7 +158,8 @@ fn an_attempt_in_flight_is_in_progress_at_once() {
         (takeover.outcome.as_str(), takeover.attempt),
         ("claimed", Some(2))
     );
-    tx.execute("SELECT idem_forget('t', 'k-forgotten')", &[]).unwrap();
+    tx.execute("SELECT idem_forget('t', 'k-forgotten')", &[])
+        .unwrap();
     for key in ["k-new", "k-taken"] {
         let (outcome, took) = ask(key);
         assert_eq!(outcome, "in_progress", "{key}");
@@ -213,7 +218,10 @@ fn a_fenced_write_that_waited_checks_its_fence_again() {
             assert_eq!(sqlstate(&err), "55000", "a stale fence after waiting");
         } else {
             tx.rollback().unwrap();
-            completing.join().unwrap().expect("the fence holds again after the rollback");
+            completing
+                .join()
+                .unwrap()
+                .expect("the fence holds again after the rollback");
         }
         let row = setup
             .query_one(
