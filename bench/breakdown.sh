@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where a transaction's server time goes: runs the `handrolled`, `pg_idem` and `replay`
+# Where a transaction's server time goes: runs the `handrolled`, `plpgsql`, `pg_idem` and `replay`
 # scenarios (1 client, -M prepared) on a throwaway server with pg_stat_statements tracking
 # nested statements too (track = all), so the statements pg_idem runs inside idem_claim and
 # idem_complete show up beside the functions that run them; then measures what calling a
@@ -73,7 +73,7 @@ SELECT '| ' || to_char(mean_exec_time * 1000, 'FM9990.0') || ' | ' || calls || '
 SQL
 }
 
-for scenario in handrolled pg_idem replay; do
+for scenario in handrolled plpgsql pg_idem replay; do
     psql -qXAt -c "SELECT pg_stat_statements_reset()" >/dev/null
     pgbench -n -M prepared -c 1 -T "$seconds" -D pool=20000 -f "bench/scenarios/$scenario.sql" >"$dir/$scenario.out" 2>&1 ||
         { cat "$dir/$scenario.out" >&2; exit 1; }

@@ -337,8 +337,12 @@ impl Table {
         };
         let write = self.write_result(result, &failure);
         if write == Write::Done {
-            // SAFETY: heap_update set the new version's header, heap-only or not.
-            if !unsafe { pg_sys::HeapTupleHeaderIsHeapOnly((*tuple).t_data) } {
+            // SAFETY: heap_update set the new version's header, heap-only or not (the
+            // HEAP_ONLY_TUPLE bit of t_infomask2, read directly: PostgreSQL 18's bindings and
+            // pgrx both define the macro's function).
+            let heap_only =
+                unsafe { u32::from((*(*tuple).t_data).t_infomask2) & pg_sys::HEAP_ONLY_TUPLE != 0 };
+            if !heap_only {
                 self.insert_index_entries(tuple, Some((found, values, nulls)));
             }
             // SAFETY: makes the new version visible to the next look-up of this transaction.
@@ -551,7 +555,7 @@ fn oid_list(list: *mut pg_sys::List) -> Vec<pg_sys::Oid> {
 unsafe fn held_by_me(header: pg_sys::HeapTupleHeader) -> bool {
     // SAFETY: the caller's promise; the fields read exist in every supported version.
     unsafe {
-        if pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::HeapTupleHeaderGetRawXmin(header)) {
+        if pg_sys::TransactionIdIsCurrentTransactionId((*header).t_choice.t_heap.t_xmin) {
             return true;
         }
         let infomask = (*header).t_infomask as u32;

@@ -1,6 +1,10 @@
-//! The key store: every read and write of `idem.keys`, through plans prepared once per backend.
+//! The key store: every read and write of `idem.keys`. Two paths share the claim and fence
+//! rules here (`plan`, refusals, the key lock): `engine` (the default, see its doc) works through
+//! the table and index access methods; the SPI path below runs plans prepared once per backend,
+//! for where the engine cannot (Citus must plan every statement on a distributed idem.keys; a hot
+//! standby; an idem.keys with triggers or other indexes). The purge always takes the SPI path.
 //!
-//! Concurrency rules, which the rest of pg_idem relies on:
+//! Concurrency rules of the SPI path (the engine's differ where its doc says so):
 //! - Whoever writes a key takes a transaction-scoped lock on the key's identity (`key_lock`)
 //!   first. A claim *tries* it, then reads the key: an answer that needs no write (a replay, a
 //!   live lease, a mismatch) gives the lock back at once; when the key must be written but

@@ -262,3 +262,182 @@ fn fenced_writes_at_repeatable_read_fail_on_a_concurrent_change() {
     // retried, the completion goes through
     complete(&mut a, "t", "k", fence(&first), 200, "{}");
 }
+
+/// Advisory locks (pg_idem's key locks) held by the backend `pid`.
+fn key_locks_of(monitor: &mut Client, pid: i32) -> i64 {
+    monitor
+        .query_one(
+            "SELECT count(*) FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' AND objsubid = 478",
+            &[&pid],
+        )
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn an_idem_keys_the_engine_cannot_write_takes_the_spi_path() {
+    // A trigger on idem.keys (Citus adds some to distributed tables; a DBA might audit): the
+    // engine would skip it, so the same backend switches to the SPI path, whose INSERT fires
+    // it, and back once the trigger is gone.
+    let server = Server::start(&[]);
+    let mut admin = server.client();
+    let mut db = server.client();
+    let pid = backend_pid(&mut db);
+    let claim_open = |db: &mut Client, key: &str| -> (i64, i64) {
+        let mut tx = db.transaction().unwrap();
+        assert_eq!(claim(&mut tx, "t", key, "h").outcome, "claimed");
+        let held = key_locks_of(&mut server.client(), pid);
+        tx.commit().unwrap();
+        let audited: i64 = server
+            .client()
+            .query_one("SELECT count(*) FROM public.audit", &[])
+            .unwrap()
+            .get(0);
+        (held, audited)
+    };
+    admin
+        .batch_execute(
+            "CREATE TABLE public.audit (key text);
+             CREATE FUNCTION public.audit_key() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN INSERT INTO public.audit VALUES (NEW.key); RETURN NEW; END $$;",
+        )
+        .unwrap();
+    assert_eq!(claim_open(&mut db, "before"), (0, 0), "engine path");
+    admin
+        .batch_execute(
+            "CREATE TRIGGER audit AFTER INSERT ON idem.keys FOR EACH ROW EXECUTE FUNCTION public.audit_key()",
+        )
+        .unwrap();
+    assert_eq!(
+        claim_open(&mut db, "with-trigger"),
+        (1, 1),
+        "SPI path: the trigger fired, the key lock was held until commit"
+    );
+    admin
+        .batch_execute("DROP TRIGGER audit ON idem.keys")
+        .unwrap();
+    assert_eq!(claim_open(&mut db, "after"), (0, 1), "engine path again");
+}
+
+#[test]
+fn engine_writes_reach_logical_decoding_and_survive_a_crash() {
+    // The engine writes through heap_insert/heap_update/heap_delete, which log WAL as the
+    // executor's statements do: logical decoding shows the same row changes, and crash
+    // recovery (immediate stop: no shutdown checkpoint) replays them.
+    let server = Server::start(&["wal_level = logical", "max_replication_slots = 2"]);
+    let mut db = server.client();
+    db.batch_execute(
+        "SELECT pg_create_logical_replication_slot('idem', 'test_decoding');
+         ALTER TABLE idem.keys REPLICA IDENTITY DEFAULT;",
+    )
+    .unwrap();
+    let mut tx = db.transaction().unwrap();
+    let kept = claim(&mut tx, "t", "kept", "h");
+    complete(&mut tx, "t", "kept", fence(&kept), 201, r#"{"id": 7}"#);
+    let dropped = claim(&mut tx, "t", "dropped", "h");
+    tx.execute(
+        "SELECT idem_release('t', 'dropped', $1)",
+        &[&fence(&dropped)],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+    let changes: Vec<String> = db
+        .query(
+            "SELECT data FROM pg_logical_slot_get_changes('idem', NULL, NULL) \
+              WHERE data LIKE 'table idem.keys:%'",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let kinds: Vec<&str> = changes
+        .iter()
+        .map(|c| c.split(':').nth(1).unwrap_or("").trim())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["INSERT", "UPDATE", "INSERT", "DELETE"],
+        "{changes:#?}"
+    );
+    assert!(
+        changes[1].contains("state[\"char\"]:'c'")
+            && changes[1].contains("response_code[integer]:201"),
+        "the completion as decoded: {}",
+        changes[1]
+    );
+    assert!(changes[3].contains("key[text]:'dropped'"), "{}", changes[3]);
+
+    // committed engine writes survive crash recovery
+    let mut tx = db.transaction().unwrap();
+    let later = claim(&mut tx, "t", "later", "h");
+    tx.commit().unwrap();
+    server.stop("immediate");
+    server.start_again();
+    let mut db = server.client();
+    assert_eq!(claim(&mut db, "t", "kept", "h").outcome, "completed");
+    assert_eq!(claim(&mut db, "t", "dropped", "h").outcome, "claimed");
+    let again = claim(&mut db, "t", "later", "h");
+    assert_eq!(again.outcome, "in_progress");
+    complete(&mut db, "t", "later", fence(&later), 200, "{}");
+    let checked: i64 = db
+        .query_one(
+            "SELECT count(*) FROM idem.keys AS k \
+              WHERE k.key IN ('kept', 'dropped', 'later')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(checked, 3);
+}
+
+#[test]
+fn every_index_entry_the_engine_writes_is_where_amcheck_expects_it() {
+    // amcheck's heapallindexed check fingerprints every heap tuple and looks for its index
+    // entry: a missing entry (an update wrongly taken for HOT, an index skipped) or a wrong one
+    // fails it. The workload covers inserts, HOT updates (complete, heartbeat, checkpoint),
+    // non-HOT updates (a takeover that lowers purge_after, an indexed column), deletes, and a
+    // key claimed again after being deleted.
+    let server = Server::start(&[]);
+    let mut db = server.client();
+    db.batch_execute("CREATE EXTENSION amcheck").unwrap();
+    for i in 0..300 {
+        let key = format!("k{i}");
+        let first = claim_with(&mut db, "t", &key, "h", "1 millisecond", Some("1 day"));
+        match i % 5 {
+            0 => complete(&mut db, "t", &key, fence(&first), 200, r#"{"ok": true}"#),
+            1 => {
+                db.execute(
+                    "SELECT idem_heartbeat('t', $1, $2, interval '1 hour')",
+                    &[&key, &fence(&first)],
+                )
+                .unwrap();
+            }
+            2 => {
+                db.execute(
+                    "SELECT idem_checkpoint('t', $1, $2, 'charged', '{\"step\": 1}')",
+                    &[&key, &fence(&first)],
+                )
+                .unwrap();
+            }
+            3 => {
+                thread::sleep(Duration::from_millis(2));
+                // a takeover with a shorter ttl moves purge_after down: not HOT
+                let second = claim_with(&mut db, "t", &key, "h", "1 minute", Some("1 hour"));
+                assert_eq!(second.attempt, Some(2));
+                complete(&mut db, "t", &key, fence(&second), 200, "{}");
+            }
+            _ => {
+                db.execute("SELECT idem_forget('t', $1)", &[&key]).unwrap();
+                assert_eq!(claim(&mut db, "t", &key, "h").outcome, "claimed");
+            }
+        }
+    }
+    for index in ["idem.keys_pkey", "idem.keys_purge_after_idx"] {
+        db.execute(
+            "SELECT bt_index_parent_check($1::text::regclass, heapallindexed => true)",
+            &[&index],
+        )
+        .unwrap_or_else(|e| panic!("{index}: {e}"));
+    }
+}
