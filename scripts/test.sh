@@ -9,7 +9,8 @@
 # The steps, per version:
 #   in-server      unit tests and #[pg_test]s            cargo pgrx test pgNN (as the postgres user)
 #   clients        client suites against real servers   cargo test -p pg_idem_tests
-#                  (core: sessions, security, concurrency, upgrade, hardening, tenant_grants;
+#                  (core: sessions, security, concurrency, upgrade, hardening, tenant_grants,
+#                  key_store;
 #                  full: all of tests/Cargo.toml's)
 #   golden         messages, declarations, usage        tests/pg_regress/run.sh (full only)
 #   isolation      deterministic interleavings          tests/isolation/run.sh (full only)
@@ -118,7 +119,7 @@ package() {
     return $rc
 }
 
-core_suites=(--test sessions --test security --test concurrency --test upgrade --test hardening --test tenant_grants)
+core_suites=(--test sessions --test security --test concurrency --test upgrade --test hardening --test tenant_grants --test key_store)
 
 step lint lint
 for major in "${versions[@]}"; do
