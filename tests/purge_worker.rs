@@ -381,8 +381,14 @@ fn a_large_purge_runs_in_batches_and_shutdown_stays_prompt() {
     insert_expired(&mut db, "t", 120_000);
     server.write_conf(&["pg_idem.purge_interval = '300ms'".into()]);
     server.reload();
+    // the pass is over once idem_purge_status() says so (the keys are gone a little earlier:
+    // the pass stays within pg_idem.purge_max_rate before it looks for another batch)
     wait_for("the large purge", Duration::from_secs(60), || {
-        count_keys(&mut db, "expired-%") == 0
+        let passes: i64 = db
+            .query_one("SELECT total_passes FROM idem_purge_status()", &[])
+            .unwrap()
+            .get(0);
+        passes >= 2 && count_keys(&mut db, "expired-%") == 0
     });
     let row = db
         .query_one(
@@ -647,4 +653,32 @@ fn a_purged_database_can_be_dropped_without_force() {
         Duration::from_secs(10),
         || count_keys(&mut again, "expired-%") == 0,
     );
+}
+
+#[test]
+fn a_purge_pass_keeps_to_its_budget_of_keys_per_second() {
+    // 30,000 keys at 10,000 keys/s: the pass cannot end in less than about 3 s, however fast
+    // the machine deletes (without the budget it takes a fraction of a second)
+    let server = Server::start(&[
+        "pg_idem.purge_interval = '1h'",
+        "pg_idem.purge_batch_size = 1000",
+        "pg_idem.purge_max_rate = 10000",
+    ]);
+    let mut db = server.client();
+    wait_for_first_pass(&mut db);
+    insert_expired(&mut db, "t", 30_000);
+    server.write_conf(&["pg_idem.purge_interval = '200ms'".into()]);
+    server.reload();
+    wait_for("the paced pass", Duration::from_secs(60), || {
+        db.query_one("SELECT total_passes FROM idem_purge_status()", &[])
+            .unwrap()
+            .get::<_, i64>(0)
+            >= 2
+    });
+    let row = db
+        .query_one("SELECT last_pass_keys, last_pass_ms FROM idem_purge_status()", &[])
+        .unwrap();
+    let (keys, ms): (i64, i64) = (row.get(0), row.get(1));
+    assert_eq!(keys, 30_000);
+    assert!(ms >= 2_800, "30,000 keys at 10,000/s in {ms} ms");
 }
