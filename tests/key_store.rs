@@ -441,3 +441,32 @@ fn every_index_entry_the_engine_writes_is_where_amcheck_expects_it() {
         .unwrap_or_else(|e| panic!("{index}: {e}"));
     }
 }
+
+#[test]
+fn a_read_only_transaction_reads_keys_and_writes_none() {
+    // as the executor refuses INSERT, UPDATE and DELETE there: 25006, whatever the key holds;
+    // answers that only read (a replay) still work
+    let server = Server::start(&[]);
+    let mut db = server.client();
+    let done = claim(&mut db, "t", "done", "h");
+    complete(&mut db, "t", "done", fence(&done), 200, "{}");
+    let open = claim(&mut db, "t", "open", "h");
+    let calls = [
+        "SELECT outcome FROM idem_claim('t', 'fresh', 'h')".to_string(),
+        format!("SELECT idem_complete('t', 'open', {}, 200)", fence(&open)),
+        "SELECT idem_complete('t', 'missing', 1, 200)".to_string(),
+        format!("SELECT idem_heartbeat('t', 'open', {})", fence(&open)),
+        format!("SELECT idem_assert_fence('t', 'open', {})", fence(&open)),
+        "SELECT idem_forget('t', 'missing')".to_string(),
+    ];
+    for sql in calls {
+        let mut tx = db.build_transaction().read_only(true).start().unwrap();
+        assert_eq!(
+            claim(&mut tx, "t", "done", "h").outcome,
+            "completed",
+            "a replay in a read-only transaction"
+        );
+        let err = tx.query_one(sql.as_str(), &[]).unwrap_err();
+        assert_eq!(sqlstate(&err), "25006", "{sql}");
+    }
+}

@@ -676,7 +676,10 @@ fn a_purge_pass_keeps_to_its_budget_of_keys_per_second() {
             >= 2
     });
     let row = db
-        .query_one("SELECT last_pass_keys, last_pass_ms FROM idem_purge_status()", &[])
+        .query_one(
+            "SELECT last_pass_keys, last_pass_ms FROM idem_purge_status()",
+            &[],
+        )
         .unwrap();
     let (keys, ms): (i64, i64) = (row.get(0), row.get(1));
     assert_eq!(keys, 30_000);

@@ -556,6 +556,12 @@ pub fn fenced(
     outer: pg_sys::MemoryContext,
 ) -> Result<(Option<Micros>, Option<Micros>), Refused> {
     let c = keys.catalog.columns;
+    // as the executor's UPDATE, DELETE or SELECT FOR NO KEY UPDATE would, whatever the key holds
+    prevent_if_read_only(match change {
+        FencedChange::Release => c"DELETE",
+        FencedChange::AssertFence => c"SELECT FOR NO KEY UPDATE",
+        _ => c"UPDATE",
+    });
     loop {
         pgrx::check_for_interrupts!();
         let found = keys.find(target.tenant, target.key, Snap::Transaction);
@@ -598,7 +604,6 @@ pub fn fenced(
                 set(v, n, c.checkpoint_phase, None);
                 set(v, n, c.checkpoint_data, None);
                 result = (Some(new_expiry), None);
-                prevent_if_read_only(c"UPDATE");
                 keys.table.update(&found, v, n, true)
             }
             // a sign of life: the key is kept for its ttl from now on, and never less than its
@@ -616,7 +621,6 @@ pub fn fenced(
                 );
                 set(v, n, c.expires_at, Some(timestamptz(new_expiry)));
                 result = (Some(new_expiry), Some(lease_expires_at));
-                prevent_if_read_only(c"UPDATE");
                 keys.table.update(&found, v, n, true)
             }
             FencedChange::Checkpoint { phase, data, now } => {
@@ -630,17 +634,10 @@ pub fn fenced(
                 );
                 set(v, n, c.expires_at, Some(timestamptz(new_expiry)));
                 result.0 = Some(new_expiry);
-                prevent_if_read_only(c"UPDATE");
                 keys.table.update(&found, v, n, true)
             }
-            FencedChange::Release => {
-                prevent_if_read_only(c"DELETE");
-                keys.table.delete(&found, true)
-            }
-            FencedChange::AssertFence => {
-                prevent_if_read_only(c"SELECT FOR NO KEY UPDATE");
-                keys.table.lock(&found)
-            }
+            FencedChange::Release => keys.table.delete(&found, true),
+            FencedChange::AssertFence => keys.table.lock(&found),
         };
         match write {
             Write::Done => return Ok(result),
@@ -669,6 +666,7 @@ fn wait_for_writer(keys: &Keys, tenant: &str, key: &str) -> bool {
 
 /// Drops a key in any state; true if there was one.
 pub fn forget(keys: &Keys, tenant: &str, key: &str) -> bool {
+    prevent_if_read_only(c"DELETE");
     loop {
         pgrx::check_for_interrupts!();
         let Some(found) = keys.find(tenant, key, Snap::Transaction) else {
@@ -677,7 +675,6 @@ pub fn forget(keys: &Keys, tenant: &str, key: &str) -> bool {
             }
             return false;
         };
-        prevent_if_read_only(c"DELETE");
         match keys.table.delete(&found, true) {
             Write::Done => return true,
             Write::Changed if snapshot_per_transaction() => {
