@@ -103,6 +103,10 @@ thread_local! {
     static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
 }
 
+/// Forgets the decision when idem.keys (or every relation) is invalidated.
+///
+/// SAFETY: called by PostgreSQL's invalidation machinery with a relation OID; it only touches
+/// this backend's thread-locals.
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
     if relid == pg_sys::InvalidOid || relid == KEYS_RELID.with(Cell::get) {
