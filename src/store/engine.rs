@@ -366,6 +366,7 @@ pub fn claim<'m>(
         pgrx::check_for_interrupts!();
         let seen = keys.find(tenant, key, Snap::Transaction);
         let row = seen.as_ref().map(|f| keys.key_row(f, outer));
+        let was_purgeable = row.as_ref().is_some_and(|r| purgeable(r, now));
         let mine = seen.as_ref().is_some_and(|f| f.holder == Holder::Me);
         let next = match row {
             // This transaction's own attempt (it claimed the key, or proved its fence with a
@@ -390,9 +391,6 @@ pub fn claim<'m>(
             Plan::Fresh => 1,
             Plan::TakeOver { attempt } => attempt,
         };
-        let was_purgeable = seen
-            .as_ref()
-            .is_some_and(|f| purgeable(&keys.key_row(f, outer), now));
         prevent_if_read_only(if seen.is_some() { c"UPDATE" } else { c"INSERT" });
         let lock = try_lock_key(tenant, key);
         if lock == KeyLock::Busy {
