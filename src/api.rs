@@ -6,6 +6,7 @@ use pgrx::prelude::*;
 
 use crate::args::{self, check};
 use crate::canonical_json;
+use crate::cluster;
 use crate::datum::{self, Jsonb, Record};
 use crate::hashing;
 use crate::jsonb_walk;
@@ -214,6 +215,10 @@ fn idem_purge(max_rows: Option<i32>) -> i64 {
     let now = clock();
     let deleted = store::with_client(|client| store::purge(client, now, max_rows.map(i64::from)));
     stats::record_purged(deleted);
+    // on a Citus coordinator, the shards on the worker nodes too (their counters count them)
+    if cluster::coordinator_of_distributed_keys() {
+        return deleted + cluster::purge_worker_nodes(max_rows);
+    }
     deleted
 }
 

@@ -33,6 +33,26 @@ impl IdemError {
     }
 }
 
+impl IdemError {
+    /// Reports this as a WARNING and goes on.
+    pub fn warn(self) {
+        ErrorReport::new(self.code, self.message, "pg_idem")
+            .set_detail(self.detail)
+            .set_hint(self.hint)
+            .report(PgLogLevel::WARNING);
+    }
+}
+
+/// 08006 (as a warning): a Citus node did not run what the coordinator sent it.
+pub fn node_failed(what: &str, node: &str, why: &str) -> IdemError {
+    IdemError::new(
+        PgSqlErrorCode::ERRCODE_CONNECTION_FAILURE,
+        format!("pg_idem: {what} did not run on node {node}"),
+        format!("The node answered: {why}"),
+        "The node's own purge worker purges its shards once it is back; run the call again to purge it now.",
+    )
+}
+
 /// 22004: a required argument is NULL.
 pub fn null_argument(argument: &str, hint: &str) -> IdemError {
     IdemError::new(

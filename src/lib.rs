@@ -7,7 +7,9 @@
 //!   `extras` (sql/extras.sql: batch claims, checkpoints, fence guard, downstream keys),
 //!   `streams` (sql/streams.sql: stream watermarks), `tenants` (sql/tenants.sql: tenants as an
 //!   access boundary), `stats` (sql/stats.sql: counters and statistics), `worker`
-//!   (sql/worker.sql: the purge launcher and workers, and their status)
+//!   (sql/worker.sql: the purge launcher and workers, and their status); sql/cluster.sql has
+//!   only PL/pgSQL (distributing with Citus, every node's counters)
+//! - `cluster`: what a Citus coordinator asks of the worker nodes (the purge of their shards)
 //! - `args`: argument checks shared by the SQL functions
 //! - `store`: the key store, every read and write of idem.keys; no policy (statistics are
 //!   recorded by its callers). `store::engine` writes through `heap` (the default); the SPI path
@@ -26,6 +28,7 @@ use pgrx::prelude::*;
 mod api;
 mod args;
 mod canonical_json;
+mod cluster;
 mod datum;
 mod enum_list;
 mod errors;
@@ -56,6 +59,11 @@ extension_sql_file!(
 extension_sql_file!("../sql/worker.sql", name = "worker", requires = ["streams"]);
 extension_sql_file!("../sql/stats.sql", name = "stats", requires = ["worker"]);
 extension_sql_file!("../sql/tenants.sql", name = "tenants", requires = ["stats"]);
+extension_sql_file!(
+    "../sql/cluster.sql",
+    name = "cluster",
+    requires = ["tenants"]
+);
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {

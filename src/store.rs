@@ -24,7 +24,7 @@ use pgrx::datum::DatumWithOid;
 use pgrx::memcxt::PgMemoryContexts;
 use pgrx::pg_sys::{self, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiTupleTable};
-use pgrx::{FromDatum, Spi};
+use pgrx::{FromDatum, IntoDatum, Spi};
 
 use crate::datum::Jsonb;
 use crate::enum_list::enum_list;
@@ -92,6 +92,7 @@ enum Stmt {
     Insert,
     InsertOnConflict,
     Reclaim,
+    FencedRow,
     Finish,
     Heartbeat,
     Release,
@@ -133,7 +134,7 @@ impl Stmt {
             Stmt::Insert | Stmt::InsertOnConflict => format!(
                 "INSERT INTO idem.keys AS k \
                    (tenant, key, request_hash, fence, attempt, state, claimed_at, lease_expires_at, expires_at, purge_after, ttl) \
-                 VALUES ($1, $2, $3, pg_catalog.nextval('idem.fence_seq'::pg_catalog.regclass), 1, 'p', $4, $5, $6, $7, $8) \
+                 VALUES ($1, $2, $3, $9, 1, 'p', $4, $5, $6, $7, $8) \
                  {} RETURNING k.fence",
                 if matches!(self, Stmt::InsertOnConflict) { "ON CONFLICT (tenant, key) DO NOTHING" } else { "" }
             ),
@@ -141,7 +142,7 @@ impl Stmt {
             // common case, which keeps the update HOT
             Stmt::Reclaim => format!(
                 "UPDATE idem.keys AS k SET \
-                   fence = pg_catalog.nextval('idem.fence_seq'::pg_catalog.regclass), \
+                   fence = GREATEST($11, k.fence OPERATOR(pg_catalog.+) 1), \
                    attempt = $4, state = 'p', request_hash = $3, claimed_at = $5, lease_expires_at = $6, \
                    expires_at = $7, purge_after = LEAST(k.purge_after, $8), ttl = $9, \
                    response_code = NULL, response_body = NULL, \
@@ -150,58 +151,65 @@ impl Stmt {
                  WHERE {WHERE_KEY} \
                  RETURNING k.fence, k.checkpoint_phase, k.checkpoint_data"
             ),
+            // The fenced updates set values computed from this row (read under its lock), never
+            // expressions over its columns: Citus refuses `timestamptz + interval` (STABLE) over
+            // a column in an UPDATE of a distributed table.
+            Stmt::FencedRow => {
+                format!("SELECT k.ttl, k.expires_at FROM idem.keys AS k WHERE {WHERE_FENCE} FOR NO KEY UPDATE OF k")
+            }
             Stmt::Finish => format!(
                 "UPDATE idem.keys AS k SET \
                    state = $4, response_code = $5, response_body = $6, lease_expires_at = NULL, \
-                   expires_at = $7 OPERATOR(pg_catalog.+) k.ttl, checkpoint_phase = NULL, checkpoint_data = NULL \
+                   expires_at = $7, checkpoint_phase = NULL, checkpoint_data = NULL \
                  WHERE {WHERE_FENCE} \
                  RETURNING k.expires_at"
             ),
-            // a sign of life: the key is kept for its ttl from now on, and never less than its lease
             Stmt::Heartbeat => format!(
-                "UPDATE idem.keys AS k SET lease_expires_at = $4, \
-                   expires_at = GREATEST(k.expires_at, $4, $5 OPERATOR(pg_catalog.+) k.ttl) \
+                "UPDATE idem.keys AS k SET lease_expires_at = $4, expires_at = $5 \
                  WHERE {WHERE_FENCE} \
                  RETURNING k.lease_expires_at"
             ),
             Stmt::Release => format!("DELETE FROM idem.keys AS k WHERE {WHERE_FENCE} RETURNING k.fence"),
             Stmt::Checkpoint => format!(
-                "UPDATE idem.keys AS k SET checkpoint_phase = $4, checkpoint_data = $5, \
-                   expires_at = GREATEST(k.expires_at, $6 OPERATOR(pg_catalog.+) k.ttl) \
+                "UPDATE idem.keys AS k SET checkpoint_phase = $4, checkpoint_data = $5, expires_at = $6 \
                  WHERE {WHERE_FENCE} RETURNING k.fence"
             ),
             Stmt::AssertFence => {
                 format!("SELECT k.fence FROM idem.keys AS k WHERE {WHERE_FENCE} FOR NO KEY UPDATE OF k")
             }
             Stmt::Forget => format!("DELETE FROM idem.keys AS k WHERE {WHERE_KEY} RETURNING k.fence"),
-            // One batch, one walk of the purge_after index: lock the first $2 candidates, delete
-            // those that are purgeable, and move purge_after up for the others (to a bound of
-            // their real expiry) so that later batches do not walk over them again. Each side
-            // checks its condition again on the row it changes.
-            Stmt::PurgeBatch => format!(
-                "WITH batch AS MATERIALIZED ( \
-                     SELECT c.ctid AS row_id, ({c}) AS purgeable, c.purge_after FROM idem.keys AS c \
-                      WHERE c.purge_after OPERATOR(pg_catalog.<) $1 AND c.purge_after OPERATOR(pg_catalog.>=) $3 \
-                      ORDER BY c.purge_after LIMIT $2 \
-                        FOR UPDATE SKIP LOCKED), \
-                 deleted AS ( \
-                     DELETE FROM idem.keys AS k \
-                      WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT b.row_id FROM batch AS b WHERE b.purgeable)) \
-                        AND {k} \
-                     RETURNING 1), \
-                 rearmed AS ( \
-                     UPDATE idem.keys AS k \
-                        SET purge_after = LEAST(k.expires_at, $1 OPERATOR(pg_catalog.+) k.ttl) \
-                      WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT b.row_id FROM batch AS b WHERE NOT b.purgeable)) \
-                        AND NOT ({k}) \
-                     RETURNING 1) \
-                 SELECT (SELECT pg_catalog.count(*) FROM batch), (SELECT pg_catalog.count(*) FROM deleted), \
-                        (SELECT pg_catalog.count(*) FROM rearmed), (SELECT pg_catalog.max(b.purge_after) FROM batch AS b)",
-                c = purgeable("c"),
-                k = purgeable("k"),
-            ),
+            Stmt::PurgeBatch => purge_batch_sql("idem.keys"),
         }
     }
+}
+
+// One batch, one walk of the purge_after index: lock the first $2 candidates, delete
+// those that are purgeable, and move purge_after up for the others (to a bound of
+// their real expiry) so that later batches do not walk over them again. Each side
+// checks its condition again on the row it changes.
+fn purge_batch_sql(table: &str) -> String {
+    format!(
+        "WITH batch AS MATERIALIZED ( \
+             SELECT c.ctid AS row_id, ({c}) AS purgeable, c.purge_after FROM {table} AS c \
+              WHERE c.purge_after OPERATOR(pg_catalog.<) $1 AND c.purge_after OPERATOR(pg_catalog.>=) $3 \
+              ORDER BY c.purge_after LIMIT $2 \
+                FOR UPDATE SKIP LOCKED), \
+         deleted AS ( \
+             DELETE FROM {table} AS k \
+              WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT b.row_id FROM batch AS b WHERE b.purgeable)) \
+                AND {k} \
+             RETURNING 1), \
+         rearmed AS ( \
+             UPDATE {table} AS k \
+                SET purge_after = LEAST(k.expires_at, $1 OPERATOR(pg_catalog.+) k.ttl) \
+              WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT b.row_id FROM batch AS b WHERE NOT b.purgeable)) \
+                AND NOT ({k}) \
+             RETURNING 1) \
+         SELECT (SELECT pg_catalog.count(*) FROM batch), (SELECT pg_catalog.count(*) FROM deleted), \
+                (SELECT pg_catalog.count(*) FROM rearmed), (SELECT pg_catalog.max(b.purge_after) FROM batch AS b)",
+        c = purgeable("c"),
+        k = purgeable("k"),
+    )
 }
 
 thread_local! {
@@ -436,6 +444,26 @@ pub fn lock_key(tenant: &str, key: &str) {
 // Claims
 // ---------------------------------------------------------------------------------------------
 
+/// The OID of idem.fence_seq; None if it is missing (a broken installation, or a name that
+/// resolves to nothing).
+fn fence_seq() -> Option<pg_sys::Oid> {
+    // SAFETY: catalog look-ups by NUL-terminated names; missing objects give InvalidOid.
+    let oid = unsafe {
+        let namespace = pg_sys::get_namespace_oid(c"idem".as_ptr(), true);
+        pg_sys::get_relname_relid(c"fence_seq".as_ptr(), namespace)
+    };
+    (oid != pg_sys::InvalidOid).then_some(oid)
+}
+
+/// The next value of the fence sequence `seq`.
+fn nextval(seq: pg_sys::Oid) -> i64 {
+    // SAFETY: nextval_oid takes a sequence's OID; it checks the privileges of the current user
+    // (the extension owner, inside pg_idem's SECURITY DEFINER functions) and raises if the OID
+    // is not a sequence.
+    unsafe { pgrx::direct_function_call::<i64>(pg_sys::nextval_oid, &[seq.into_datum()]) }
+        .unwrap_or_else(|| errors::internal("drawing a fence", "NULL result").raise())
+}
+
 pub struct ClaimRequest<'a> {
     pub tenant: &'a str,
     pub key: &'a str,
@@ -531,6 +559,22 @@ pub fn claim<'m>(
     let snapshot_per_transaction =
         // SAFETY: reads the current transaction's isolation level, set for the whole transaction.
         unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32;
+    // With Citus, a claim runs on the coordinator or, delegated, on the node holding the key;
+    // each node has its own fence sequence and its own key locks. Fences must still increase
+    // per key: a new fence is at least this node's clock in microseconds (so it exceeds one
+    // handed out earlier on any node whose clock agrees, even for a key deleted since), and a
+    // takeover's exceeds the fence it replaces. A key lock taken here does not exclude a claim
+    // running on another node, so the insert must tolerate a concurrent one (ON CONFLICT).
+    let citus = engine::citus();
+    let fence_floor = if citus { crate::time::clock() } else { 0 };
+    // drawn here, not by nextval() in the statements: Citus refuses a volatile function in an
+    // UPDATE of a distributed table
+    let draw_fence = || {
+        let seq = fence_seq().unwrap_or_else(|| {
+            errors::internal("drawing a fence", "idem.fence_seq is missing").raise()
+        });
+        nextval(seq).max(fence_floor)
+    };
     for _ in 0..CLAIM_ROUNDS {
         let lock = try_lock_key(tenant, key);
         let row = lookup(client, tenant, key, false);
@@ -597,6 +641,7 @@ pub fn claim<'m>(
                     timestamptz_arg(purge_after),
                     interval_arg(request.ttl_us),
                     (attempt > 1).into(),
+                    draw_fence().into(),
                 ],
             );
             if let Some(t) = first_row(table) {
@@ -611,7 +656,7 @@ pub fn claim<'m>(
                 };
             }
         }
-        let insert = if snapshot_per_transaction {
+        let insert = if snapshot_per_transaction || citus {
             Stmt::InsertOnConflict
         } else {
             Stmt::Insert
@@ -628,6 +673,7 @@ pub fn claim<'m>(
                 timestamptz_arg(expires_at),
                 timestamptz_arg(purge_after),
                 interval_arg(request.ttl_us),
+                draw_fence().into(),
             ],
         );
         if let Some(t) = first_row(table) {
@@ -641,7 +687,8 @@ pub fn claim<'m>(
                 checkpoint_data: None,
             };
         }
-        // only ON CONFLICT returns no row, and at REPEATABLE READ it raises instead: defensive
+        // only ON CONFLICT returns no row: at REPEATABLE READ it raises instead; with Citus a
+        // claim of the key on another node committed first
         release_if_taken(lock, tenant, key);
     }
     ClaimOutcome::InProgress(None)
@@ -692,6 +739,23 @@ impl Fenced<'_> {
         }
     }
 
+    /// Locks the row holding the fence (taking the key lock first); refused (55000 or P0002)
+    /// when no row holds it.
+    fn lock_row(&self, client: &Client<'_, '_>, now: Micros) -> Result<FencedRow, Refused> {
+        lock_key(self.tenant, self.key);
+        let table = run(
+            client.spi,
+            Stmt::FencedRow,
+            &[self.tenant.into(), self.key.into(), self.fence.into()],
+        );
+        let row = first_row(table).ok_or_else(|| self.refusal(client))?;
+        let ttl = not_null(raw(&row, 1), "ttl");
+        Ok(FencedRow {
+            kept_from_now: crate::time::plus(now, ttl),
+            expires_at: not_null(get_i64(&row, 2), "expires_at"),
+        })
+    }
+
     /// Runs a fenced statement under the key lock; refused (55000 or P0002) when it matched
     /// nothing.
     fn run<'c, 'a>(
@@ -710,6 +774,13 @@ impl Fenced<'_> {
         }
         Ok(table.first())
     }
+}
+
+/// What a fenced change needs of the row it changes.
+struct FencedRow {
+    /// now + the key's ttl: how long a change made now keeps the key
+    kept_from_now: Micros,
+    expires_at: Micros,
 }
 
 /// A fenced operation the key's current state refuses: the error to raise, and whether it was a
@@ -739,6 +810,7 @@ pub fn finish(
         return engine::fenced(&keys, target, &change, client.outer)
             .map(|(expires_at, _)| not_null(expires_at, "expires_at"));
     }
+    let kept_until = target.lock_row(client, now)?.kept_from_now;
     let code = match response_code {
         Some(c) => c.into(),
         None => DatumWithOid::null::<i32>(),
@@ -750,7 +822,7 @@ pub fn finish(
             state.code().into(),
             code,
             jsonb_arg(response_body),
-            timestamptz_arg(now),
+            timestamptz_arg(kept_until),
         ],
     )?;
     Ok(not_null(get_i64(&table, 1), "expires_at"))
@@ -771,10 +843,16 @@ pub fn heartbeat(
         return engine::fenced(&keys, target, &change, client.outer)
             .map(|(_, lease)| not_null(lease, "lease_expires_at"));
     }
+    // a sign of life: the key is kept for its ttl from now on, and never less than its lease
+    let row = target.lock_row(client, now)?;
+    let expires_at = row.expires_at.max(lease_expires_at).max(row.kept_from_now);
     let table = target.run(
         client,
         Stmt::Heartbeat,
-        [timestamptz_arg(lease_expires_at), timestamptz_arg(now)],
+        [
+            timestamptz_arg(lease_expires_at),
+            timestamptz_arg(expires_at),
+        ],
     )?;
     Ok(not_null(get_i64(&table, 1), "lease_expires_at"))
 }
@@ -800,11 +878,13 @@ pub fn checkpoint(
         let change = engine::FencedChange::Checkpoint { phase, data, now };
         return engine::fenced(&keys, target, &change, client.outer).map(drop);
     }
+    let row = target.lock_row(client, now)?;
+    let expires_at = row.expires_at.max(row.kept_from_now);
     target
         .run(
             client,
             Stmt::Checkpoint,
-            [phase.into(), jsonb_arg(data), timestamptz_arg(now)],
+            [phase.into(), jsonb_arg(data), timestamptz_arg(expires_at)],
         )
         .map(drop)
 }
@@ -838,26 +918,63 @@ pub fn forget(client: &Client<'_, '_>, tenant: &str, key: &str) -> bool {
 
 /// What one purge batch did.
 pub struct PurgeBatch {
-    /// candidates the batch looked at (purge_after passed, not locked by anyone else)
-    pub scanned: i64,
     pub deleted: i64,
-    /// rows whose purge_after it moved forward
-    pub rearmed: i64,
     /// where the next batch of the same pass starts
     pub cursor: PurgeCursor,
+    /// whether the pass should go on with another batch
+    pub more: bool,
 }
 
-/// Where a purge pass has got to in the purge_after index. Batches of one pass continue from
-/// there instead of walking again over the index entries of rows they already deleted (which
-/// stay in the index until VACUUM, and cannot even be skipped cheaply inside one transaction).
+/// Where a purge pass has got to: which of the tables it walks (`purge_targets`), and where in
+/// that table's purge_after index. Batches of one pass continue from there instead of walking
+/// again over the index entries of rows they already deleted (which stay in the index until
+/// VACUUM, and cannot even be skipped cheaply inside one transaction).
 #[derive(Clone, Copy, Debug)]
-pub struct PurgeCursor(Micros);
+pub struct PurgeCursor {
+    target: usize,
+    after: Micros,
+}
 
 impl PurgeCursor {
     pub fn start() -> Self {
         // TimestampTz -infinity
-        PurgeCursor(i64::MIN)
+        PurgeCursor {
+            target: 0,
+            after: i64::MIN,
+        }
     }
+}
+
+/// The tables a purge walks: idem.keys, or, when Citus distributes it, the shards of idem.keys
+/// placed on this node (each node purges its own; a shard is a plain table where it lives, so
+/// the batch's FOR UPDATE SKIP LOCKED works there as on one server). Shard names come from
+/// Citus's shard_name(), quoted by it.
+fn purge_targets(client: &Client<'_, '_>) -> Vec<String> {
+    // SAFETY: a catalog look-up by a NUL-terminated name; InvalidOid when missing.
+    let citus = unsafe { pg_sys::get_extension_oid(c"citus".as_ptr(), true) } != pg_sys::InvalidOid;
+    if !citus {
+        return vec!["idem.keys".to_string()];
+    }
+    const DISTRIBUTED: &str = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_partition AS d \
+         WHERE d.logicalrelid OPERATOR(pg_catalog.=) 'idem.keys'::pg_catalog.regclass";
+    if client.query_one_i64(DISTRIBUTED, &[]) == Some(0) {
+        return vec!["idem.keys".to_string()];
+    }
+    const LOCAL_SHARDS: &str = "SELECT pg_catalog.shard_name(s.logicalrelid, s.shardid) \
+         FROM pg_catalog.pg_dist_shard AS s \
+         JOIN pg_catalog.pg_dist_placement AS p ON p.shardid OPERATOR(pg_catalog.=) s.shardid \
+         WHERE s.logicalrelid OPERATOR(pg_catalog.=) 'idem.keys'::pg_catalog.regclass \
+           AND p.groupid OPERATOR(pg_catalog.=) (SELECT g.groupid FROM pg_catalog.pg_dist_local_group AS g) \
+         ORDER BY s.shardid";
+    let table = execute(client.spi, LOCAL_SHARDS, &[]);
+    table
+        .map(|row| {
+            let name = row
+                .get::<String>(1)
+                .unwrap_or_else(|e| errors::internal("reading a shard name", e).raise());
+            not_null(name, "shard_name")
+        })
+        .collect()
 }
 
 /// One purge batch in the caller's transaction: looks at up to `limit` keys whose purge_after
@@ -870,47 +987,62 @@ pub fn purge_batch(
     limit: i64,
     cursor: PurgeCursor,
 ) -> PurgeBatch {
-    let table = first_row(run(
-        client.spi,
-        Stmt::PurgeBatch,
-        &[
-            timestamptz_arg(now),
-            limit.into(),
-            timestamptz_arg(cursor.0),
-        ],
-    ));
-    match table {
-        Some(t) => PurgeBatch {
-            scanned: get_i64(&t, 1).unwrap_or(0),
-            deleted: get_i64(&t, 2).unwrap_or(0),
-            rearmed: get_i64(&t, 3).unwrap_or(0),
-            cursor: PurgeCursor(get_i64(&t, 4).map_or(cursor.0, |last| last.max(cursor.0))),
-        },
-        None => PurgeBatch {
-            scanned: 0,
+    let targets = purge_targets(client);
+    let Some(target) = targets.get(cursor.target) else {
+        return PurgeBatch {
             deleted: 0,
-            rearmed: 0,
             cursor,
-        },
-    }
-}
-
-impl PurgeBatch {
-    /// Whether the pass should go on with another batch of `limit`.
-    pub fn more(&self, limit: i64) -> bool {
-        // a full batch that changed nothing could only repeat itself
-        self.scanned >= limit && self.deleted + self.rearmed > 0
+            more: false,
+        };
+    };
+    let args = [
+        timestamptz_arg(now),
+        limit.into(),
+        timestamptz_arg(cursor.after),
+    ];
+    let table = if cursor.target == 0 && target == "idem.keys" {
+        first_row(run(client.spi, Stmt::PurgeBatch, &args))
+    } else {
+        first_row(execute(client.spi, &purge_batch_sql(target), &args))
+    };
+    let (scanned, deleted, rearmed, last) = match table {
+        Some(t) => (
+            get_i64(&t, 1).unwrap_or(0),
+            get_i64(&t, 2).unwrap_or(0),
+            get_i64(&t, 3).unwrap_or(0),
+            get_i64(&t, 4),
+        ),
+        None => (0, 0, 0, None),
+    };
+    // scanned: candidates the batch looked at (purge_after passed, not locked by anyone else);
+    // rearmed: rows whose purge_after it moved forward. A full batch that changed nothing could
+    // only repeat itself.
+    let this_target_has_more = scanned >= limit && deleted + rearmed > 0;
+    let (cursor, more) = if this_target_has_more {
+        let after = last.map_or(cursor.after, |last| last.max(cursor.after));
+        (PurgeCursor { after, ..cursor }, true)
+    } else {
+        let next = PurgeCursor {
+            target: cursor.target + 1,
+            after: i64::MIN,
+        };
+        (next, next.target < targets.len())
+    };
+    PurgeBatch {
+        deleted,
+        cursor,
+        more,
     }
 }
 
 /// Deletes expired keys in the caller's transaction until `max_rows` are deleted (all when None)
 /// or no candidate is left. Returns how many it deleted.
 ///
-/// One statement does it all, not batches: inside one transaction the index entries of rows
-/// deleted by an earlier batch cannot be marked dead, so every batch would walk again over all
-/// of them wherever purge_after values tie (keys claimed in one transaction share their clock):
-/// quadratic. A second statement runs only when the first re-armed some of the rows it looked
-/// at instead of deleting them, and continues after them.
+/// One statement per table does it all, not batches: inside one transaction the index entries
+/// of rows deleted by an earlier batch cannot be marked dead, so every batch would walk again
+/// over all of them wherever purge_after values tie (keys claimed in one transaction share their
+/// clock): quadratic. A second statement runs only when the first re-armed some of the rows it
+/// looked at instead of deleting them, and continues after them.
 pub fn purge(client: &Client<'_, '_>, now: Micros, max_rows: Option<i64>) -> i64 {
     let mut deleted = 0;
     let mut cursor = PurgeCursor::start();
@@ -923,7 +1055,7 @@ pub fn purge(client: &Client<'_, '_>, now: Micros, max_rows: Option<i64>) -> i64
         let batch = purge_batch(client, now, limit, cursor);
         deleted += batch.deleted;
         cursor = batch.cursor;
-        if !batch.more(limit) {
+        if !batch.more {
             return deleted;
         }
     }

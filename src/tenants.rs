@@ -40,13 +40,23 @@ pub fn check_access(tenant: &str) {
     if unsafe { pg_sys::superuser_arg(role) } {
         return;
     }
-    let granted = cached(role, tenant).unwrap_or_else(|| {
-        let granted =
-            store::with_client(|c| c.query_one_i64(GRANTED, &[tenant.into(), role.into()]))
-                .is_some();
-        remember(role, tenant, granted);
-        granted
-    });
+    // With Citus the grants are a reference table: a grant or revoke made on the coordinator
+    // writes every node's copy but invalidates nothing in the other nodes' backends, so no
+    // answer is kept there.
+    // SAFETY: a catalog look-up by a NUL-terminated name; InvalidOid when missing.
+    let citus = unsafe { pg_sys::get_extension_oid(c"citus".as_ptr(), true) } != pg_sys::InvalidOid;
+    let look_up = || {
+        store::with_client(|c| c.query_one_i64(GRANTED, &[tenant.into(), role.into()])).is_some()
+    };
+    let granted = if citus {
+        look_up()
+    } else {
+        cached(role, tenant).unwrap_or_else(|| {
+            let granted = look_up();
+            remember(role, tenant, granted);
+            granted
+        })
+    };
     if !granted {
         errors::tenant_denied(tenant, &role_name(role)).raise();
     }

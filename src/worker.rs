@@ -545,7 +545,7 @@ fn purge_pass(index: usize, database: &str) -> bool {
         keys += done.deleted;
         batches += 1;
         cursor = done.cursor;
-        if !done.more(batch) {
+        if !done.more {
             break;
         }
         // between batches: pause as asked, and long enough to stay within the budget of keys

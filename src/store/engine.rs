@@ -35,7 +35,7 @@ use super::{
 use crate::datum::Jsonb;
 use crate::errors;
 use crate::heap::{Found, Holder, Snap, Table, Write};
-use crate::time::Micros;
+use crate::time::{plus, Micros};
 
 /// Attribute numbers of idem.keys' columns.
 #[derive(Clone, Copy)]
@@ -93,7 +93,11 @@ struct Catalog {
 /// inside for the executor path.
 enum Choice {
     Undecided,
-    Executor,
+    /// `citus`: because Citus is installed (it plans every statement on idem.keys, which may be
+    /// distributed, and fences must then order across nodes: see `store::claim`)
+    Executor {
+        citus: bool,
+    },
     Engine(Catalog),
 }
 
@@ -144,7 +148,7 @@ pub fn open() -> Option<Keys> {
     }
     let cached = CHOICE.with(|c| match &*c.borrow() {
         Choice::Undecided => None,
-        Choice::Executor => Some(None),
+        Choice::Executor { .. } => Some(None),
         Choice::Engine(catalog) => Some(Some(*catalog)),
     });
     match cached {
@@ -157,12 +161,24 @@ pub fn open() -> Option<Keys> {
     }
 }
 
+/// Whether this backend's key store found Citus installed (valid once `open` ran in this call).
+pub fn citus() -> bool {
+    CHOICE.with(|c| matches!(*c.borrow(), Choice::Executor { citus: true }))
+}
+
 fn decide() -> Option<Keys> {
-    let (choice, keys) = match look_up() {
+    // SAFETY: a catalog look-up by a NUL-terminated name; InvalidOid when missing.
+    let citus = unsafe { pg_sys::get_extension_oid(c"citus".as_ptr(), true) } != pg_sys::InvalidOid;
+    let found = if citus {
+        Err("Citus is installed, and must plan every statement on idem.keys")
+    } else {
+        look_up()
+    };
+    let (choice, keys) = match found {
         Ok(keys) => (Choice::Engine(keys.catalog), Some(keys)),
         Err(why) => {
             pgrx::debug1!("pg_idem: idem.keys is written through the executor: {why}");
-            (Choice::Executor, None)
+            (Choice::Executor { citus }, None)
         }
     };
     CHOICE.with(|c| *c.borrow_mut() = choice);
@@ -170,16 +186,8 @@ fn decide() -> Option<Keys> {
 }
 
 fn look_up() -> Result<Keys, &'static str> {
-    // SAFETY: catalog look-ups by name; missing objects give InvalidOid (missing_ok).
-    let (namespace, citus) = unsafe {
-        (
-            pg_sys::get_namespace_oid(c"idem".as_ptr(), true),
-            pg_sys::get_extension_oid(c"citus".as_ptr(), true),
-        )
-    };
-    if citus != pg_sys::InvalidOid {
-        return Err("Citus is installed, and must plan every statement on idem.keys");
-    }
+    // SAFETY: a catalog look-up by name; a missing schema gives InvalidOid (missing_ok).
+    let namespace = unsafe { pg_sys::get_namespace_oid(c"idem".as_ptr(), true) };
     let relid = oid_by_name(namespace, c"keys");
     let primary_key = oid_by_name(namespace, c"keys_pkey");
     let fence_seq = oid_by_name(namespace, c"fence_seq");
@@ -216,19 +224,6 @@ fn interval(micros: i64) -> pg_sys::Datum {
         .unwrap_or_else(|| errors::internal("building an interval", micros).raise())
 }
 
-/// `at + ttl`, computed by PostgreSQL's own timestamptz + interval, as the executor would.
-fn plus(at: Micros, ttl: pg_sys::Datum) -> Micros {
-    // SAFETY: timestamptz_pl_interval takes a timestamptz and an interval datum, both non-null;
-    // it raises 22008 on overflow.
-    unsafe {
-        pgrx::direct_function_call::<i64>(
-            pg_sys::timestamptz_pl_interval,
-            &[Some(timestamptz(at)), Some(ttl)],
-        )
-    }
-    .unwrap_or_else(|| errors::internal("adding a ttl", "NULL result").raise())
-}
-
 impl Keys {
     fn find(&self, tenant: &str, key: &str, snap: Snap) -> Option<Found> {
         let c = &self.catalog.columns;
@@ -240,15 +235,7 @@ impl Keys {
     }
 
     fn next_fence(&self) -> i64 {
-        // SAFETY: nextval_oid takes the sequence's OID; it checks the privileges of the current
-        // user (the extension owner, inside pg_idem's SECURITY DEFINER functions).
-        unsafe {
-            pgrx::direct_function_call::<i64>(
-                pg_sys::nextval_oid,
-                &[self.catalog.fence_seq.into_datum()],
-            )
-        }
-        .unwrap_or_else(|| errors::internal("drawing a fence", "NULL result").raise())
+        super::nextval(self.catalog.fence_seq)
     }
 
     fn i64_of(&self, found: &Found, attno: usize) -> Option<i64> {

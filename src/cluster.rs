@@ -1,0 +1,65 @@
+//! Citus: what a node of a pg_idem cluster asks of the others. With idem.keys distributed by
+//! tenant, every node purges the shards placed on it (`store::purge_targets`); a purge asked
+//! for on the coordinator (`idem_purge()`) is sent on to every worker node, so that one call
+//! purges the whole cluster.
+
+use pgrx::datum::DatumWithOid;
+use pgrx::Spi;
+
+use crate::errors;
+
+/// Whether this node is a Citus coordinator and idem.keys is distributed.
+pub fn coordinator_of_distributed_keys() -> bool {
+    // SAFETY: a catalog look-up by a NUL-terminated name; InvalidOid when missing.
+    let citus = unsafe { pgrx::pg_sys::get_extension_oid(c"citus".as_ptr(), true) };
+    if citus == pgrx::pg_sys::InvalidOid {
+        return false;
+    }
+    const QUERY: &str = "SELECT pg_catalog.citus_is_coordinator() AND EXISTS ( \
+         SELECT 1 FROM pg_catalog.pg_dist_partition AS d \
+          WHERE d.logicalrelid OPERATOR(pg_catalog.=) 'idem.keys'::pg_catalog.regclass)";
+    Spi::get_one::<bool>(QUERY)
+        .unwrap_or_else(|e| errors::internal("asking Citus for the node's role", e).raise())
+        .unwrap_or(false)
+}
+
+/// Runs `idem_purge(max_rows)` on every worker node, each in its own transaction there, and
+/// returns how many keys they deleted together. A node that fails (down, unreachable) gets a
+/// WARNING naming it, and counts for nothing.
+pub fn purge_worker_nodes(max_rows: Option<i32>) -> i64 {
+    // the command names pg_idem's own schema; format() quotes it and the argument
+    const QUERY: &str = "SELECT r.nodename OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) r.nodeport::pg_catalog.text, \
+            r.success, r.result \
+         FROM pg_catalog.run_command_on_workers(pg_catalog.format('SELECT %I.idem_purge(%L::pg_catalog.int4)', \
+              (SELECT n.nspname FROM pg_catalog.pg_extension AS e \
+                 JOIN pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
+                WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idem'), $1)) AS r \
+         ORDER BY r.nodename, r.nodeport";
+    let args: [DatumWithOid; 1] = [match max_rows {
+        Some(n) => n.into(),
+        None => DatumWithOid::null::<i32>(),
+    }];
+    Spi::connect(|client| {
+        let rows = client
+            .select(QUERY, None, &args)
+            .unwrap_or_else(|e| errors::internal("purging the worker nodes", e).raise());
+        let mut total = 0i64;
+        for row in rows {
+            let get = |n: usize| {
+                row.get::<String>(n)
+                    .unwrap_or_else(|e| errors::internal("reading a node's answer", e).raise())
+            };
+            let node = get(1).unwrap_or_default();
+            let success = row
+                .get::<bool>(2)
+                .unwrap_or_else(|e| errors::internal("reading a node's answer", e).raise())
+                .unwrap_or(false);
+            let result = get(3).unwrap_or_default();
+            match result.parse::<i64>() {
+                Ok(n) if success => total += n,
+                _ => errors::node_failed("idem_purge()", &node, &result).warn(),
+            }
+        }
+        total
+    })
+}
