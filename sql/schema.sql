@@ -37,7 +37,10 @@ CREATE TABLE idem.keys (
     attempt          integer     NOT NULL,
     response_code    integer,
     state            "char"      NOT NULL,   -- 'p' in_progress, 'c' completed, 'f' failed
-    tenant           text COLLATE "C" NOT NULL,
+    -- tenant has the database's default collation, like an application's own tenant column:
+    -- Citus colocates tables only when their distribution columns' collations match (the
+    -- primary key compares bytes either way: default collations are deterministic)
+    tenant           text        NOT NULL,
     key              text COLLATE "C" NOT NULL,
     request_hash     bytea       NOT NULL,   -- first 16 bytes of SHA-256(the caller's request_hash)
     response_body    jsonb,
@@ -70,7 +73,7 @@ COMMENT ON TABLE idem.keys IS 'pg_idem idempotency keys, one row per (tenant, ke
 CREATE TABLE idem.watermarks (
     watermark  bigint      NOT NULL,
     updated_at timestamptz NOT NULL,
-    tenant     text COLLATE "C" NOT NULL,
+    tenant     text NOT NULL,             -- the default collation, as in idem.keys
     stream     text COLLATE "C" NOT NULL,
     CONSTRAINT watermarks_pkey PRIMARY KEY (tenant, stream)
 ) WITH (fillfactor = 50);
@@ -81,7 +84,7 @@ COMMENT ON TABLE idem.watermarks IS 'pg_idem high-watermarks of ordered streams,
 -- regrole, so that pg_dump writes role names and a restore maps them to the new roles' OIDs.
 CREATE TABLE idem.tenant_grants (
     role   regrole NOT NULL,
-    tenant text COLLATE "C" NOT NULL
+    tenant text NOT NULL                      -- the default collation, as in idem.keys
 );
 -- regrole has no btree operator class of its own; oid's applies (the two are binary-compatible)
 CREATE UNIQUE INDEX tenant_grants_pkey ON idem.tenant_grants (tenant, role pg_catalog.oid_ops);
