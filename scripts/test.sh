@@ -11,7 +11,9 @@
 #   clients        client suites against real servers   cargo test -p pg_idem_tests
 #                  (core: sessions, security, concurrency, upgrade, hardening, tenant_grants,
 #                  key_store;
-#                  full: all of tests/Cargo.toml's)
+#                  full: all of tests/Cargo.toml's, the Citus cluster suite included: it runs
+#                  where Citus is installed (15, from ../shared/citus when present) and
+#                  skips itself with a message elsewhere)
 #   golden         messages, declarations, usage        tests/pg_regress/run.sh (full only)
 #   isolation      deterministic interleavings          tests/isolation/run.sh (full only)
 #   examples       the Python and Node.js examples       examples/run.sh (full only)
@@ -39,6 +41,12 @@ esac
 is_full() { [[ " ${full[*]} " == *" $1 "* ]]; }
 
 scripts/setup.sh "${versions[@]}" || exit 1
+# Citus (for the cluster suite, tests/citus.rs, on 15): from ../shared/citus where this machine
+# kind has it; elsewhere the suite skips itself with a message unless Citus is installed
+citus_installer="$root/../shared/citus/install.sh"
+if [[ " ${versions[*]} " == *" 15 "* ]] && [ -x "$citus_installer" ]; then
+    "$citus_installer" || exit 1
+fi
 
 log="$(mktemp -d)"
 passed=0

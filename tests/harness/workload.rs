@@ -274,6 +274,11 @@ pub fn run(
 pub struct Rng2(Rng);
 
 impl Rng2 {
+    /// A sequence reproducible from `seed` (not 0).
+    pub fn new(seed: u64) -> Self {
+        Rng2(Rng(seed.max(1)))
+    }
+
     pub fn below(&mut self, n: usize) -> usize {
         self.0.below(n)
     }
