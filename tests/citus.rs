@@ -367,7 +367,8 @@ fn fences_grow_per_key_across_nodes() {
             "1 minute",
         );
     }
-    let mut last = 0;
+    // per key: the last fence handed out
+    let mut last = HashMap::from([("forgotten", 0i64), ("taken", 0i64)]);
     for (i, path) in [
         Path::Delegated,
         Path::Coordinator,
@@ -378,25 +379,20 @@ fn fences_grow_per_key_across_nodes() {
     .into_iter()
     .enumerate()
     {
-        // after a forget (no row left to compare with)
-        let (outcome, fence, ..) = claim_on(&mut db, path, "acme", "forgotten", "h", "1 minute");
-        assert_eq!(outcome, "claimed");
-        let fence = fence.unwrap();
-        assert!(
-            fence > last,
-            "round {i} {path:?}: fence {fence} after {last}"
-        );
-        last = fence;
+        // "forgotten": claimed after a forget (no row left to compare with); "taken": claimed
+        // after its 1 ms lease passed (a takeover of the row)
+        for (key, lease) in [("forgotten", "1 minute"), ("taken", "1 ms")] {
+            let (outcome, fence, ..) = claim_on(&mut db, path, "acme", key, "h", lease);
+            assert_eq!(outcome, "claimed");
+            let fence = fence.unwrap();
+            let before = last[key];
+            assert!(
+                fence > before,
+                "round {i} {path:?} {key}: fence {fence} after {before}"
+            );
+            last.insert(key, fence);
+        }
         ok(&mut db, path, "idem_forget('acme', 'forgotten')");
-        // after a lease passed (a takeover)
-        let (outcome, fence, ..) = claim_on(&mut db, path, "acme", "taken", "h", "1 ms");
-        assert_eq!(outcome, "claimed");
-        let fence = fence.unwrap();
-        assert!(
-            fence > last,
-            "round {i} {path:?}: takeover fence {fence} after {last}"
-        );
-        last = fence;
         thread::sleep(Duration::from_millis(5));
     }
 }
