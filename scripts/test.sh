@@ -135,6 +135,9 @@ for major in "${versions[@]}"; do
     # cargo pgrx test left its test build installed; the client suites use the real one
     step "pg$major-install" with_pg "$major" scripts/install.sh --debug
     if is_full "$major"; then
+        if ! with_pg "$major" bash -c '[ -f "$(pg_config --pkglibdir)/citus.so" ]'; then
+            echo "note: the Citus cluster suite (tests/citus.rs) skips itself on PostgreSQL $major: Citus is not installed there"
+        fi
         step "pg$major-clients" with_pg "$major" cargo test --no-fail-fast -p pg_idem_tests
         step "pg$major-golden" with_pg "$major" tests/pg_regress/run.sh
         step "pg$major-isolation" with_pg "$major" tests/isolation/run.sh

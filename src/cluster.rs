@@ -57,7 +57,7 @@ pub fn purge_worker_nodes(max_rows: Option<i32>) -> i64 {
             let result = get(3).unwrap_or_default();
             match result.parse::<i64>() {
                 Ok(n) if success => total += n,
-                _ => errors::node_failed("idem_purge()", &node, &result).warn(),
+                _ => errors::node_failed("idem_purge", &node, &result).warn(),
             }
         }
         total

@@ -44,12 +44,12 @@ impl IdemError {
 }
 
 /// 08006 (as a warning): a Citus node did not run what the coordinator sent it.
-pub fn node_failed(what: &str, node: &str, why: &str) -> IdemError {
+pub fn node_failed(function: &str, node: &str, why: &str) -> IdemError {
     IdemError::new(
         PgSqlErrorCode::ERRCODE_CONNECTION_FAILURE,
-        format!("pg_idem: {what} did not run on node {node}"),
-        format!("The node answered: {why}"),
-        "The node's own purge worker purges its shards once it is back; run the call again to purge it now.",
+        format!("{function}: node {node} did not purge its shards"),
+        format!("Citus reported: {why}"),
+        "The other nodes were purged. The node's own purge worker purges its shards once it is back; or call idem_purge() again then.",
     )
 }
 

@@ -768,7 +768,40 @@ fn a_node_down_stops_only_its_tenants_and_loses_nothing() {
         claim_on(&mut db, Path::Delegated, tenant, "leased", "h", "2 seconds");
     }
     let stopped = cluster.node_of(down);
+    for i in 0..3 {
+        db.execute(
+            "SELECT idem_claim($1, $2, 'h', '1 ms'::interval, '1 ms'::interval)",
+            &[up, &format!("expiring{i}")],
+        )
+        .unwrap();
+    }
     stopped.stop("fast");
+    // idem_purge() on the coordinator purges the node that is up, and warns about the other
+    let warnings = Arc::new(Mutex::new(Vec::new()));
+    let mut config: postgres::Config = cluster.coordinator.conninfo("postgres").parse().unwrap();
+    let seen = warnings.clone();
+    config.notice_callback(move |notice| {
+        seen.lock().unwrap().push((
+            notice.code().code().to_string(),
+            notice.message().to_string(),
+        ))
+    });
+    let mut watched = config.connect(NoTls).unwrap();
+    thread::sleep(Duration::from_millis(20));
+    let purged: i64 = watched
+        .query_one("SELECT idem_purge()", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(purged, 3, "the node that is up was purged");
+    let warnings = warnings.lock().unwrap().clone();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].0, "08006");
+    assert!(
+        warnings[0]
+            .1
+            .contains(&format!("127.0.0.1:{}", stopped.port)),
+        "the warning names the node: {warnings:?}"
+    );
     for path in [Path::Delegated, Path::Coordinator] {
         let error = call(
             &mut db,
