@@ -132,9 +132,14 @@ RETURNS TABLE (
     stalled_for interval,
     checkpoint_phase text
 )
-LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
+-- PL/pgSQL, not a SQL-standard body like its neighbours: Citus cannot plan a query over a
+-- distributed idem.keys that uses a SQL function's parameter, and PL/pgSQL passes older_than as
+-- a bound value. Every name is qualified and none is in a schema another role controls.
+AS $$
+BEGIN
+    RETURN QUERY
     SELECT k.tenant, k.key, k.fence, k.attempt, k.claimed_at, k.lease_expires_at,
            pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) k.lease_expires_at, k.checkpoint_phase
     FROM idem.keys AS k
@@ -142,7 +147,8 @@ BEGIN ATOMIC
       AND k.lease_expires_at OPERATOR(pg_catalog.<) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) older_than)
       AND k.expires_at OPERATOR(pg_catalog.>=) pg_catalog.clock_timestamp()
     ORDER BY k.lease_expires_at;
-END;
+END
+$$;
 
 COMMENT ON FUNCTION idem_stalled(interval) IS
 'Keys in progress whose lease passed more than older_than ago (and that have not expired), oldest first, with their fence so a sweeper can finish or release them';

@@ -338,6 +338,15 @@ fn every_function_answers_on_the_cluster_through_every_path() {
                 ok(&mut db, path, &format!("idem_watermark({t}, 's')")).as_deref(),
                 Some("1")
             );
+            assert_eq!(
+                ok(&mut db, path, &format!("idem_reset_watermark({t}, 's', 0)")).as_deref(),
+                Some("1"),
+                "{path:?}: the previous watermark"
+            );
+            assert_eq!(
+                ok(&mut db, path, &format!("idem_claim_seq({t}, 's', 1)")).as_deref(),
+                Some("(new,1)")
+            );
         }
     }
     // everything above lives on the worker nodes, none of it on the coordinator
@@ -740,6 +749,20 @@ fn statistics_read_on_the_coordinator_cover_the_cluster() {
         .unwrap()
         .get(0);
     assert_eq!(tenants_seen, 2);
+    // stalled keys are listed from every node: the 1 ms leases below pass at once
+    for tenant in &tenants {
+        claim_on(&mut db, Path::Delegated, tenant, "stalls", "h", "1 ms");
+    }
+    thread::sleep(Duration::from_millis(20));
+    let stalled: Vec<String> = db
+        .query("SELECT tenant FROM idem_stalled() ORDER BY tenant", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut expected = tenants.clone();
+    expected.sort();
+    assert_eq!(stalled, expected);
 }
 
 /// A worker node down: its tenants' claims fail with a connection error, the others go on;
@@ -912,6 +935,16 @@ fn tenant_grants_hold_on_every_node() {
     }
     db.batch_execute("SELECT idem_revoke_tenant('app', 'acme')")
         .unwrap();
+    let listed: Vec<String> = db
+        .query(
+            "SELECT role::text || '/' || tenant FROM idem_tenant_grants()",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(listed, ["app/globex"]);
     for path in PATHS {
         let denied =
             call(&mut app, path, "idem_claim('acme', 'after-revoke', 'h')").expect_err("revoked");
