@@ -1,26 +1,42 @@
-//! Citus: what a node of a pg_idem cluster asks of the others. With idem.keys distributed by
-//! tenant, every node purges the shards placed on it (`store::purge_targets`); a purge asked
-//! for on the coordinator (`idem_purge()`) is sent on to every worker node, so that one call
-//! purges the whole cluster.
+//! Citus: what this node knows of the cluster it belongs to, and what a coordinator asks of the
+//! others. No policy: the key store, the tenant check and `idem_purge()` decide what to do with
+//! it. With idem.keys distributed by tenant, every node purges the shards placed on it
+//! (`store::purge_targets`); a purge asked for on the coordinator is sent on to every worker
+//! node, so that one call purges the whole cluster.
 
 use pgrx::datum::DatumWithOid;
 use pgrx::Spi;
 
 use crate::errors;
 
-/// Whether this node is a Citus coordinator and idem.keys is distributed.
-pub fn coordinator_of_distributed_keys() -> bool {
+/// Whether the citus extension exists in this database.
+pub fn citus_installed() -> bool {
     // SAFETY: a catalog look-up by a NUL-terminated name; InvalidOid when missing.
-    let citus = unsafe { pgrx::pg_sys::get_extension_oid(c"citus".as_ptr(), true) };
-    if citus == pgrx::pg_sys::InvalidOid {
-        return false;
-    }
-    const QUERY: &str = "SELECT pg_catalog.citus_is_coordinator() AND EXISTS ( \
-         SELECT 1 FROM pg_catalog.pg_dist_partition AS d \
+    let oid = unsafe { pgrx::pg_sys::get_extension_oid(c"citus".as_ptr(), true) };
+    oid != pgrx::pg_sys::InvalidOid
+}
+
+/// Whether Citus manages idem.keys (the caller has checked `citus_installed`: the query reads
+/// Citus's catalog).
+fn keys_distributed() -> bool {
+    const QUERY: &str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition AS d \
           WHERE d.logicalrelid OPERATOR(pg_catalog.=) 'idem.keys'::pg_catalog.regclass)";
     Spi::get_one::<bool>(QUERY)
-        .unwrap_or_else(|e| errors::internal("asking Citus for the node's role", e).raise())
+        .unwrap_or_else(|e| errors::internal("asking Citus about idem.keys", e).raise())
         .unwrap_or(false)
+}
+
+/// Whether Citus is installed and distributes idem.keys.
+pub fn keys_are_distributed() -> bool {
+    citus_installed() && keys_distributed()
+}
+
+/// Whether this node is a Citus coordinator and idem.keys is distributed.
+pub fn coordinator_of_distributed_keys() -> bool {
+    keys_are_distributed()
+        && Spi::get_one::<bool>("SELECT pg_catalog.citus_is_coordinator()")
+            .unwrap_or_else(|e| errors::internal("asking Citus for the node's role", e).raise())
+            .unwrap_or(false)
 }
 
 /// Runs `idem_purge(max_rows)` on every worker node, each in its own transaction there, and

@@ -9,13 +9,13 @@
 //!   access boundary), `stats` (sql/stats.sql: counters and statistics), `worker`
 //!   (sql/worker.sql: the purge launcher and workers, and their status); sql/cluster.sql has
 //!   only PL/pgSQL (distributing with Citus, every node's counters)
-//! - `cluster`: what a Citus coordinator asks of the worker nodes (the purge of their shards)
 //! - `args`: argument checks shared by the SQL functions
 //! - `store`: the key store, every read and write of idem.keys; no policy (statistics are
 //!   recorded by its callers). `store::engine` writes through `heap` (the default); the SPI path
 //!   in `store` runs the same rules through prepared statements where the engine cannot (Citus,
 //!   a hot standby, an idem.keys it cannot write exactly as the executor would)
-//! - bottom, no policy: `heap` (rows through the table and index access methods), `pg_version`
+//! - bottom, no policy: `cluster` (Citus: whether it is installed and distributes idem.keys,
+//!   and what a coordinator asks of the worker nodes), `heap` (rows through the table and index access methods), `pg_version`
 //!   (the access-method calls that differ between PostgreSQL versions), `jsonb_walk` (a canonical walk of jsonb), `canonical_json`, `hashing`,
 //!   `datum` (jsonb pass-through, one-row records), `time`, `guc` (the settings), `preload`
 //!   (whether shared memory exists), `errors` (SQLSTATEs, messages, details, hints),

@@ -26,6 +26,7 @@ use pgrx::pg_sys::{self, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiTupleTable};
 use pgrx::{FromDatum, IntoDatum, Spi};
 
+use crate::cluster;
 use crate::datum::Jsonb;
 use crate::enum_list::enum_list;
 use crate::errors::{self, LeaseLost};
@@ -950,14 +951,7 @@ impl PurgeCursor {
 /// the batch's FOR UPDATE SKIP LOCKED works there as on one server). Shard names come from
 /// Citus's shard_name(), quoted by it.
 fn purge_targets(client: &Client<'_, '_>) -> Vec<String> {
-    // SAFETY: a catalog look-up by a NUL-terminated name; InvalidOid when missing.
-    let citus = unsafe { pg_sys::get_extension_oid(c"citus".as_ptr(), true) } != pg_sys::InvalidOid;
-    if !citus {
-        return vec!["idem.keys".to_string()];
-    }
-    const DISTRIBUTED: &str = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_partition AS d \
-         WHERE d.logicalrelid OPERATOR(pg_catalog.=) 'idem.keys'::pg_catalog.regclass";
-    if client.query_one_i64(DISTRIBUTED, &[]) == Some(0) {
+    if !cluster::keys_are_distributed() {
         return vec!["idem.keys".to_string()];
     }
     const LOCAL_SHARDS: &str = "SELECT pg_catalog.shard_name(s.logicalrelid, s.shardid) \

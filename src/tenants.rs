@@ -43,8 +43,7 @@ pub fn check_access(tenant: &str) {
     // With Citus the grants are a reference table: a grant or revoke made on the coordinator
     // writes every node's copy but invalidates nothing in the other nodes' backends, so no
     // answer is kept there.
-    // SAFETY: a catalog look-up by a NUL-terminated name; InvalidOid when missing.
-    let citus = unsafe { pg_sys::get_extension_oid(c"citus".as_ptr(), true) } != pg_sys::InvalidOid;
+    let citus = crate::cluster::citus_installed();
     let look_up = || {
         store::with_client(|c| c.query_one_i64(GRANTED, &[tenant.into(), role.into()])).is_some()
     };

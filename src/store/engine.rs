@@ -167,8 +167,7 @@ pub fn citus() -> bool {
 }
 
 fn decide() -> Option<Keys> {
-    // SAFETY: a catalog look-up by a NUL-terminated name; InvalidOid when missing.
-    let citus = unsafe { pg_sys::get_extension_oid(c"citus".as_ptr(), true) } != pg_sys::InvalidOid;
+    let citus = crate::cluster::citus_installed();
     let found = if citus {
         Err("Citus is installed, and must plan every statement on idem.keys")
     } else {
