@@ -272,6 +272,9 @@ BEGIN
             DETAIL = 'Citus is not installed in this database.',
             HINT = 'On one server, idem_counters() has them all.';
     END IF;
+    -- The command names pg_idem's schema as it is called now, found by its OID: the name
+    -- written at CREATE EXTENSION could by now be another schema that its owner planted after
+    -- renaming this one, and the command runs with the extension owner's rights.
     -- every node's own counters (shared memory is per node), read there as JSON; a node that
     -- does not answer (or has no counters: pg_idem not preloaded there) has a row of NULLs, so
     -- that a missing node shows instead of a low sum
@@ -287,11 +290,15 @@ BEGIN
            (c.j OPERATOR(pg_catalog.->>) 'stale_keys')::pg_catalog.int8,
            (c.j OPERATOR(pg_catalog.->>) 'keys_purged')::pg_catalog.int8,
            (c.j OPERATOR(pg_catalog.->>) 'since')::pg_catalog.timestamptz
-      FROM pg_catalog.run_command_on_all_nodes(
-               'SELECT pg_catalog.row_to_json(c) FROM @extschema@.idem_counters() AS c') AS r
+      FROM pg_catalog.run_command_on_all_nodes(pg_catalog.format(
+               'SELECT pg_catalog.row_to_json(c) FROM %I.idem_counters() AS c',
+               (SELECT s.nspname FROM pg_catalog.pg_extension AS e
+                  JOIN pg_catalog.pg_namespace AS s ON s.oid OPERATOR(pg_catalog.=) e.extnamespace
+                 WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idem'))) AS r
       JOIN pg_catalog.pg_dist_node AS n ON n.nodeid OPERATOR(pg_catalog.=) r.nodeid
-      LEFT JOIN LATERAL (SELECT r.result::pg_catalog.jsonb AS j
-                          WHERE r.success AND r.result OPERATOR(pg_catalog.<>) '') AS c ON true
+      -- CASE, not a WHERE: the planner may evaluate the cast before a filter
+      CROSS JOIN LATERAL (SELECT CASE WHEN r.success AND r.result OPERATOR(pg_catalog.<>) ''
+                                      THEN r.result::pg_catalog.jsonb END AS j) AS c
      ORDER BY n.groupid, n.nodeid;
 END
 $$;

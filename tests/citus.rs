@@ -955,3 +955,56 @@ fn tenant_grants_hold_on_every_node() {
         );
     }
 }
+
+/// idem_cluster_counters() runs a command on every node with the extension owner's rights: a
+/// database owner who renames pg_idem's schema and plants a look-alike idem_counters() under the
+/// old name gains nothing, and the coordinator still reports its real counters.
+#[test]
+fn cluster_counters_never_run_a_planted_look_alike() {
+    let Some(cluster) = cluster(&[]) else { return };
+    let mut db = cluster.coordinator.client();
+    claim_on(&mut db, Path::Coordinator, "acme", "k", "h", "1 minute");
+    db.batch_execute(
+        "CREATE ROLE evil LOGIN NOSUPERUSER; ALTER SCHEMA public OWNER TO evil; \
+         GRANT pg_monitor TO evil; GRANT CREATE ON DATABASE postgres TO evil",
+    )
+    .unwrap();
+    let conninfo = format!(
+        "host=127.0.0.1 port={} user=evil dbname=postgres connect_timeout=10",
+        cluster.coordinator.port
+    );
+    let mut evil = Client::connect(&conninfo, NoTls).unwrap();
+    evil.batch_execute(
+        "SET citus.enable_ddl_propagation = off; \
+         ALTER SCHEMA public RENAME TO old_public; CREATE SCHEMA public; \
+         CREATE FUNCTION public.idem_counters(OUT claims bigint, OUT replays_completed bigint, \
+             OUT replays_failed bigint, OUT in_progress bigint, OUT mismatches bigint, \
+             OUT takeovers bigint, OUT stale_fences bigint, OUT stale_keys bigint, \
+             OUT keys_purged bigint, OUT since timestamptz) RETURNS SETOF record \
+             LANGUAGE plpgsql AS $$ BEGIN ALTER ROLE evil SUPERUSER; RETURN; END $$;",
+    )
+    .unwrap();
+    for role in ["evil", "postgres"] {
+        let conninfo = format!(
+            "host=127.0.0.1 port={} user={role} dbname=postgres connect_timeout=10",
+            cluster.coordinator.port
+        );
+        let mut caller = Client::connect(&conninfo, NoTls).unwrap();
+        let claims: Option<i64> = caller
+            .query_one(
+                "SELECT claims FROM old_public.idem_cluster_counters() WHERE nodeport = $1",
+                &[&i32::from(cluster.coordinator.port)],
+            )
+            .unwrap_or_else(|e| panic!("idem_cluster_counters() as {role}: {e:?}"))
+            .get(0);
+        assert_eq!(claims, Some(1), "the coordinator's real counters");
+    }
+    let superuser: bool = db
+        .query_one("SELECT rolsuper FROM pg_roles WHERE rolname = 'evil'", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        !superuser,
+        "the schema owner became superuser through idem_cluster_counters()"
+    );
+}
