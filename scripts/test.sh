@@ -10,7 +10,7 @@
 #   in-server      unit tests and #[pg_test]s            cargo pgrx test pgNN (as the postgres user)
 #   clients        client suites against real servers   cargo test -p pg_idem_tests
 #                  (core: sessions, security, concurrency, upgrade, hardening, tenant_grants,
-#                  key_store;
+#                  key_store, maintenance;
 #                  full: all of tests/Cargo.toml's, the Citus cluster suite included: it runs
 #                  where Citus is installed (15, from ../shared/citus when present) and
 #                  skips itself with a message elsewhere)
@@ -127,7 +127,7 @@ package() {
     return $rc
 }
 
-core_suites=(--test sessions --test security --test concurrency --test upgrade --test hardening --test tenant_grants --test key_store)
+core_suites=(--test sessions --test security --test concurrency --test upgrade --test hardening --test tenant_grants --test key_store --test maintenance)
 
 step lint lint
 for major in "${versions[@]}"; do

@@ -28,6 +28,10 @@ pub struct Table {
     indexes: Vec<(pg_sys::Relation, *mut pg_sys::IndexInfo)>,
 }
 
+/// The position of the primary key among a `Table`'s open indexes (`Table::primary_key`).
+#[derive(Clone, Copy)]
+pub struct PrimaryKey(usize);
+
 /// Which row versions a look-up returns.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Snap {
@@ -93,11 +97,19 @@ pub enum Write {
 
 impl Table {
     /// Opens the relation `relid` with RowExclusiveLock; Err names what the executor would have
-    /// to do for it that this module does not.
+    /// to do for it that this module does not, or says that it no longer exists.
+    ///
+    /// Taking the lock processes the invalidations other sessions committed (a REINDEX
+    /// CONCURRENTLY that swapped an index in, a dropped index, a new one), so the indexes opened
+    /// here are those of the table as it is now: callers find an index among them
+    /// (`primary_key`), never by an OID remembered from an earlier call.
     pub fn open(relid: pg_sys::Oid) -> Result<Table, &'static str> {
-        // SAFETY: table_open raises an ERROR for a missing relation; the pointer stays valid
-        // while the table is open, until `Drop`.
-        let rel = unsafe { pg_sys::table_open(relid, pg_sys::RowExclusiveLock as i32) };
+        // SAFETY: try_table_open returns NULL for a relation dropped since its OID was looked
+        // up; otherwise the pointer stays valid while the table is open, until `Drop`.
+        let rel = unsafe { pg_sys::try_table_open(relid, pg_sys::RowExclusiveLock as i32) };
+        if rel.is_null() {
+            return Err("it was dropped");
+        }
         let mut table = Table {
             rel,
             indexes: Vec::new(),
@@ -166,18 +178,33 @@ impl Table {
         self.descriptor().len()
     }
 
-    /// Looks up the row whose text columns `columns` (attribute numbers) equal `values`,
-    /// through the index `index` (a unique btree index whose leading columns they are).
-    pub fn find(&self, index: pg_sys::Oid, columns: &[(usize, &str)], snap: Snap) -> Option<Found> {
-        let position = self
-            .indexes
+    /// Which of the open indexes is the table's primary key, valid and on exactly the columns
+    /// `columns` (attribute numbers, in order); None when there is no such index right now.
+    pub fn primary_key(&self, columns: &[usize]) -> Option<PrimaryKey> {
+        self.indexes
             .iter()
-            .position(|(rel, _)| {
-                // SAFETY: rel is an open index.
-                unsafe { (*rel).as_ref() }.is_some_and(|r| r.rd_id == index)
+            .position(|&(rel, info)| {
+                // SAFETY: rel is an open index and info its IndexInfo; rd_index is the index's
+                // pg_index row as of the lock taken in `open`.
+                unsafe {
+                    let form = &*(*rel).rd_index;
+                    let keys =
+                        &(&(*info).ii_IndexAttrNumbers)[..(*info).ii_NumIndexKeyAttrs as usize];
+                    form.indisprimary
+                        && form.indisvalid
+                        && keys.len() == columns.len()
+                        && keys.iter().zip(columns).all(|(&k, &c)| k as usize == c)
+                }
             })
-            .unwrap_or_else(|| errors::internal("looking up a key", "index not found").raise());
-        let index_rel = self.indexes[position].0;
+            .map(PrimaryKey)
+    }
+
+    /// Looks up the row whose text columns `columns` (attribute numbers) equal `values`,
+    /// through the primary key `key` (found by `primary_key` on those columns).
+    pub fn find(&self, key: PrimaryKey, columns: &[(usize, &str)], snap: Snap) -> Option<Found> {
+        let index_rel = self.indexes[key.0].0;
+        // SAFETY: index_rel is an open index.
+        let index = unsafe { (*index_rel).rd_id };
         let mut keys: Vec<pg_sys::ScanKeyData> = columns
             .iter()
             .enumerate()

@@ -52,14 +52,14 @@ fn soak_with_killed_backends() {
         let chaos = |rng: &mut Rng2| {
             std::thread::sleep(Duration::from_millis(200 + rng.below(1300) as u64));
             let Ok(mut admin) = Client::connect(&conninfo, NoTls) else {
-                return;
+                return true;
             };
             let pids: Vec<i32> = admin
                 .query("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()", &[])
                 .map(|rows| rows.iter().map(|r| r.get(0)).collect())
                 .unwrap_or_default();
             if pids.is_empty() {
-                return;
+                return true;
             }
             let victim = pids[rng.below(pids.len())];
             if rng.below(20) == 0 {
@@ -73,6 +73,7 @@ fn soak_with_killed_backends() {
             {
                 terminated.fetch_add(1, Ordering::Relaxed);
             }
+            true
         };
         println!(
             "round {round}: {mode:?} for up to {:?}",

@@ -34,7 +34,7 @@ use super::{
 };
 use crate::datum::Jsonb;
 use crate::errors;
-use crate::heap::{Found, Holder, Snap, Table, Write};
+use crate::heap::{Found, Holder, PrimaryKey, Snap, Table, Write};
 use crate::time::{plus, Micros};
 
 /// Attribute numbers of idem.keys' columns.
@@ -80,11 +80,13 @@ impl Columns {
     }
 }
 
-/// What this backend knows about idem.keys, until the next invalidation of it.
+/// What this backend knows about idem.keys, until the next invalidation of it. Its indexes are
+/// not part of it: they are found on the open table at every call (`Keys::open`), because a
+/// REINDEX CONCURRENTLY gives the primary key a new OID and drops the old index, and the
+/// invalidation that says so arrives while the table is being opened.
 #[derive(Clone, Copy)]
 struct Catalog {
     relid: pg_sys::Oid,
-    primary_key: pg_sys::Oid,
     fence_seq: pg_sys::Oid,
     columns: Columns,
 }
@@ -127,6 +129,24 @@ fn oid_by_name(namespace: pg_sys::Oid, name: &std::ffi::CStr) -> pg_sys::Oid {
 pub struct Keys {
     table: Table,
     catalog: Catalog,
+    primary_key: PrimaryKey,
+}
+
+impl Keys {
+    /// Opens idem.keys; Err when the engine cannot work on it as it is now (see `Table::open`),
+    /// or when it has no valid primary key on (tenant, key) at this moment.
+    fn open(catalog: Catalog) -> Result<Keys, &'static str> {
+        let table = Table::open(catalog.relid)?;
+        let c = catalog.columns;
+        let primary_key = table
+            .primary_key(&[c.tenant, c.key])
+            .ok_or("it has no valid primary key on (tenant, key)")?;
+        Ok(Keys {
+            table,
+            catalog,
+            primary_key,
+        })
+    }
 }
 
 /// Opens idem.keys for the engine path, or None when the executor path must run.
@@ -153,10 +173,9 @@ pub fn open() -> Option<Keys> {
     });
     match cached {
         Some(None) => None,
-        Some(Some(catalog)) => match Table::open(catalog.relid) {
-            Ok(table) => Some(Keys { table, catalog }),
-            Err(_) => decide(),
-        },
+        // what changed since the decision was made (the invalidation arrives while the table
+        // is opened) is decided again
+        Some(Some(catalog)) => Keys::open(catalog).ok().or_else(decide),
         None => decide(),
     }
 }
@@ -188,22 +207,16 @@ fn look_up() -> Result<Keys, &'static str> {
     // SAFETY: a catalog look-up by name; a missing schema gives InvalidOid (missing_ok).
     let namespace = unsafe { pg_sys::get_namespace_oid(c"idem".as_ptr(), true) };
     let relid = oid_by_name(namespace, c"keys");
-    let primary_key = oid_by_name(namespace, c"keys_pkey");
     let fence_seq = oid_by_name(namespace, c"fence_seq");
-    if [relid, primary_key, fence_seq].contains(&pg_sys::InvalidOid) {
-        return Err("idem.keys, its primary key or idem.fence_seq is missing");
+    if [relid, fence_seq].contains(&pg_sys::InvalidOid) {
+        return Err("idem.keys or idem.fence_seq is missing");
     }
     KEYS_RELID.with(|r| r.set(relid));
-    let table = Table::open(relid)?;
-    let columns = Columns::resolve(&table)?;
-    Ok(Keys {
-        table,
-        catalog: Catalog {
-            relid,
-            primary_key,
-            fence_seq,
-            columns,
-        },
+    let columns = Columns::resolve(&Table::open(relid)?)?;
+    Keys::open(Catalog {
+        relid,
+        fence_seq,
+        columns,
     })
 }
 
@@ -226,11 +239,8 @@ fn interval(micros: i64) -> pg_sys::Datum {
 impl Keys {
     fn find(&self, tenant: &str, key: &str, snap: Snap) -> Option<Found> {
         let c = &self.catalog.columns;
-        self.table.find(
-            self.catalog.primary_key,
-            &[(c.tenant, tenant), (c.key, key)],
-            snap,
-        )
+        self.table
+            .find(self.primary_key, &[(c.tenant, tenant), (c.key, key)], snap)
     }
 
     fn next_fence(&self) -> i64 {

@@ -630,3 +630,54 @@ pub fn simple_one(db: &mut Client, sql: &str) -> Result<Option<String>, postgres
     }
     Ok(None)
 }
+
+// ---------------------------------------------------------------------------------------------
+// Storage checks
+// ---------------------------------------------------------------------------------------------
+
+/// Checks pg_idem's tables the way PostgreSQL checks its own storage (amcheck): every heap page
+/// and TOAST value of idem.keys, idem.watermarks and idem.tenant_grants (`verify_heapam`), and
+/// every index on them, which must be valid, with `bt_index_parent_check(heapallindexed)`: each
+/// index entry in its place, and an entry for every heap tuple. Panics with what amcheck found.
+pub fn amcheck(db: &mut Client) {
+    db.batch_execute("CREATE EXTENSION IF NOT EXISTS amcheck")
+        .expect("CREATE EXTENSION amcheck");
+    for table in ["idem.keys", "idem.watermarks", "idem.tenant_grants"] {
+        let corrupt: Vec<String> = db
+            .query(
+                "SELECT format('block %s, offset %s, attribute %s: %s', v.blkno, v.offnum, v.attnum, v.msg) \
+                   FROM verify_heapam($1::text::regclass, check_toast => true) AS v",
+                &[&table],
+            )
+            .unwrap_or_else(|e| panic!("verify_heapam({table}): {e}"))
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert!(
+            corrupt.is_empty(),
+            "verify_heapam({table}):\n{}",
+            corrupt.join("\n")
+        );
+        let indexes: Vec<(String, bool)> = db
+            .query(
+                "SELECT i.indexrelid::regclass::text, i.indisvalid FROM pg_index AS i \
+                  WHERE i.indrelid = $1::text::regclass ORDER BY 1",
+                &[&table],
+            )
+            .expect("the indexes of a pg_idem table")
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        for (index, valid) in indexes {
+            assert!(
+                valid,
+                "{index} is not valid (a failed CREATE INDEX or REINDEX CONCURRENTLY left it)"
+            );
+            db.execute(
+                "SELECT bt_index_parent_check($1::text::regclass, heapallindexed => true)",
+                &[&index],
+            )
+            .unwrap_or_else(|e| panic!("bt_index_parent_check({index}): {e}"));
+        }
+    }
+}

@@ -159,6 +159,7 @@ fn key_of(config: &Config, rng: &mut Rng) -> (String, String) {
 }
 
 /// Creates the business tables (no unique constraint: duplicates must be visible, not prevented).
+/// The workload's keys are those of the tenants `tenant-N`; its checks look at no other.
 pub fn prepare(client: &mut Client) {
     client
         .batch_execute(
@@ -171,12 +172,13 @@ pub fn prepare(client: &mut Client) {
 }
 
 /// Runs the workload and checks it. `chaos`, when set, is called repeatedly from its own thread
-/// while the workers run (the soak uses it to kill backends).
+/// while the workers run (the soak uses it to kill backends, the maintenance test to run DDL);
+/// once it returns false the workers stop after their current request.
 pub fn run(
     conninfo: &str,
     mode: Mode,
     config: &Config,
-    chaos: Option<&(dyn Fn(&mut Rng2) + Sync)>,
+    chaos: Option<&(dyn Fn(&mut Rng2) -> bool + Sync)>,
 ) -> Report {
     let observations = Arc::new(Mutex::new(Observations::default()));
     let counters = Arc::new(Counters::default());
@@ -245,7 +247,9 @@ pub fn run(
             let workers_done = || workers.iter().all(|w| w.is_finished());
             let mut rng = Rng2(Rng(0xDEAD_BEEF_CAFE_F00D));
             while !workers_done() && started.elapsed() < config.max_duration {
-                chaos(&mut rng);
+                if !chaos(&mut rng) {
+                    break;
+                }
             }
             stop.store(true, Ordering::Relaxed);
         }
@@ -258,7 +262,10 @@ pub fn run(
     let observations = observations.lock().unwrap();
     violations.extend(check(&mut client, mode, &observations));
     let keys_completed: i64 = client
-        .query_one("SELECT count(*) FROM idem.keys WHERE state = 'c'", &[])
+        .query_one(
+            "SELECT count(*) FROM idem.keys WHERE state = 'c' AND tenant LIKE 'tenant-%'",
+            &[],
+        )
         .map(|r| r.get(0))
         .unwrap_or(-1);
     Report {
@@ -483,7 +490,7 @@ fn sweep(
     let lease = format!("{} ms", config.lease_ms);
     let in_progress: Vec<(String, String)> = client
         .query(
-            "SELECT tenant, key FROM idem.keys WHERE state = 'p' ORDER BY 1, 2",
+            "SELECT tenant, key FROM idem.keys WHERE state = 'p' AND tenant LIKE 'tenant-%' ORDER BY 1, 2",
             &[],
         )
         .expect("read in-progress keys")
@@ -535,7 +542,7 @@ fn sweep(
 fn check(client: &mut Client, mode: Mode, observations: &Observations) -> Vec<String> {
     let mut violations = Vec::new();
     let stored: BTreeMap<TenantKey, (String, i64, Option<i32>, Option<String>)> = client
-        .query("SELECT tenant, key, state::text, fence, response_code, response_body::text FROM idem.keys", &[])
+        .query("SELECT tenant, key, state::text, fence, response_code, response_body::text FROM idem.keys WHERE tenant LIKE 'tenant-%'", &[])
         .expect("read keys")
         .iter()
         .map(|r| ((r.get(0), r.get(1)), (r.get(2), r.get(3), r.get(4), r.get(5))))
