@@ -470,3 +470,26 @@ fn a_read_only_transaction_reads_keys_and_writes_none() {
         assert_eq!(sqlstate(&err), "25006", "{sql}");
     }
 }
+
+#[test]
+fn a_pooled_session_survives_the_extension_being_dropped_and_created_again() {
+    // A connection pool keeps its sessions while a DBA drops and re-creates pg_idem: the
+    // session's next call finds the new idem.keys (a new OID), its functions' new result
+    // descriptors, and no answer cached from the old extension.
+    let server = Server::start(&[]);
+    let mut pooled = server.client();
+    let first = claim(&mut pooled, "t", "k", "h");
+    complete(&mut pooled, "t", "k", fence(&first), 200, "{}");
+    server
+        .client()
+        .batch_execute("DROP EXTENSION pg_idem; CREATE EXTENSION pg_idem;")
+        .unwrap();
+    let again = claim(&mut pooled, "t", "k", "h");
+    assert_eq!(
+        (again.outcome.as_str(), again.attempt),
+        ("claimed", Some(1)),
+        "the keys went with the extension"
+    );
+    complete(&mut pooled, "t", "k", fence(&again), 200, "{}");
+    assert_eq!(claim(&mut pooled, "t", "k", "h").outcome, "completed");
+}
