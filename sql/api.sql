@@ -1,25 +1,38 @@
--- The core SQL API. Every function that touches idem.* runs with the extension owner's rights
--- (SECURITY DEFINER) and a pinned search_path; the C code qualifies every name it uses as well.
+-- The core SQL API. The C functions run with the caller's rights: on the engine path they read
+-- and write idem.* through the table and index access methods, which check no privileges and
+-- resolve no names, and whatever goes through SQL (the SPI path, the purge, the fence sequence)
+-- runs as the extension's owner with search_path pinned to pg_catalog, pg_temp, switched in C
+-- (src/owner.rs), as SECURITY DEFINER SET search_path did for every call before 0.4.0. The SQL
+-- they run qualifies every name and operator as well.
 -- None is STRICT: a NULL argument raises 22004 naming the argument instead of returning NULL.
+
+-- The row idem_claim returns. A named type rather than OUT parameters: a statement that calls
+-- the function in FROM builds its result descriptor at executor start, which for OUT parameters
+-- means parsing the function's argument arrays and looking up every column's type, each time a
+-- prepared statement runs; for a named type it is a copy from the type cache.
+CREATE TYPE idem_claim_result AS (
+    outcome text,
+    fence bigint,
+    attempt integer,
+    response_code integer,
+    response_body jsonb,
+    lease_expires_at timestamptz,
+    expires_at timestamptz,
+    checkpoint_phase text,
+    checkpoint_data jsonb
+);
+
+COMMENT ON TYPE idem_claim_result IS
+'The result of idem_claim: the outcome, and what goes with it (see the function reference)';
 
 CREATE FUNCTION idem_claim(
     tenant text,
     key text,
     request_hash text,
     lease interval DEFAULT NULL,
-    ttl interval DEFAULT NULL,
-    OUT outcome text,
-    OUT fence bigint,
-    OUT attempt integer,
-    OUT response_code integer,
-    OUT response_body jsonb,
-    OUT lease_expires_at timestamptz,
-    OUT expires_at timestamptz,
-    OUT checkpoint_phase text,
-    OUT checkpoint_data jsonb
-) RETURNS record
-LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+    ttl interval DEFAULT NULL
+) RETURNS idem_claim_result
+LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'idem_claim_wrapper';
 
 COMMENT ON FUNCTION idem_claim(text, text, text, interval, interval) IS
@@ -32,8 +45,7 @@ CREATE FUNCTION idem_complete(
     response_code integer,
     response_body jsonb DEFAULT NULL
 ) RETURNS timestamptz
-LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'idem_complete_wrapper';
 
 COMMENT ON FUNCTION idem_complete(text, text, bigint, integer, jsonb) IS
@@ -46,8 +58,7 @@ CREATE FUNCTION idem_fail_final(
     response_code integer,
     response_body jsonb DEFAULT NULL
 ) RETURNS timestamptz
-LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'idem_fail_final_wrapper';
 
 COMMENT ON FUNCTION idem_fail_final(text, text, bigint, integer, jsonb) IS
@@ -58,8 +69,7 @@ CREATE FUNCTION idem_release(
     key text,
     fence bigint
 ) RETURNS void
-LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'idem_release_wrapper';
 
 COMMENT ON FUNCTION idem_release(text, text, bigint) IS
@@ -71,8 +81,7 @@ CREATE FUNCTION idem_heartbeat(
     fence bigint,
     lease interval DEFAULT NULL
 ) RETURNS timestamptz
-LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'idem_heartbeat_wrapper';
 
 COMMENT ON FUNCTION idem_heartbeat(text, text, bigint, interval) IS
@@ -82,8 +91,7 @@ CREATE FUNCTION idem_forget(
     tenant text,
     key text
 ) RETURNS boolean
-LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'idem_forget_wrapper';
 
 COMMENT ON FUNCTION idem_forget(text, text) IS
@@ -92,8 +100,7 @@ COMMENT ON FUNCTION idem_forget(text, text) IS
 CREATE FUNCTION idem_purge(
     max_rows integer DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'idem_purge_wrapper';
 
 COMMENT ON FUNCTION idem_purge(integer) IS

@@ -19,8 +19,7 @@ CREATE FUNCTION idem_claim_many(
     checkpoint_phase text,
     checkpoint_data jsonb
 )
-LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'idem_claim_many_wrapper';
 
 COMMENT ON FUNCTION idem_claim_many(text, text[], text[], interval, interval) IS
@@ -33,16 +32,14 @@ CREATE FUNCTION idem_checkpoint(
     phase text,
     data jsonb DEFAULT NULL
 ) RETURNS void
-LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'idem_checkpoint_wrapper';
 
 COMMENT ON FUNCTION idem_checkpoint(text, text, bigint, text, jsonb) IS
 'Record the progress of the attempt holding this fence; a claim that takes the key over gets it back';
 
 CREATE FUNCTION idem_assert_fence(tenant text, key text, fence bigint) RETURNS void
-LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'idem_assert_fence_wrapper';
 
 COMMENT ON FUNCTION idem_assert_fence(text, text, bigint) IS

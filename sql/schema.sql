@@ -22,8 +22,10 @@ CREATE SCHEMA idem;
 COMMENT ON SCHEMA idem IS 'pg_idem managed state: use the idem_* functions, not these tables';
 REVOKE ALL ON SCHEMA idem FROM PUBLIC;
 
--- Fencing tokens come from one global sequence (CACHE 1, the default): a fence handed out later
--- is always larger, whichever backend hands it out, across release, forget, purge and restarts.
+-- The floor of the fencing tokens (src/store/fences.rs): every fence handed out is at most this
+-- sequence's value, made durable (WAL flushed) before the fence is used, so a fence handed out
+-- after a crash, a restart, a restore or an upgrade is larger than every one before. Without the
+-- preload, the fences themselves.
 CREATE SEQUENCE idem.fence_seq AS bigint MINVALUE 1 NO CYCLE;
 
 CREATE TABLE idem.keys (

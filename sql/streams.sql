@@ -8,24 +8,21 @@ CREATE FUNCTION idem_claim_seq(
     OUT outcome text,
     OUT watermark bigint
 ) RETURNS record
-LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'idem_claim_seq_wrapper';
 
 COMMENT ON FUNCTION idem_claim_seq(text, text, bigint) IS
 'High-watermark dedup of an ordered stream: new (and the watermark moves to seq, inside this transaction) when seq is above the watermark, else duplicate';
 
 CREATE FUNCTION idem_watermark(tenant text, stream text) RETURNS bigint
-LANGUAGE c STABLE PARALLEL SAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+LANGUAGE c STABLE PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'idem_watermark_wrapper';
 
 COMMENT ON FUNCTION idem_watermark(text, text) IS
 'The watermark of a stream, NULL when it has none';
 
 CREATE FUNCTION idem_reset_watermark(tenant text, stream text, seq bigint) RETURNS bigint
-LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'idem_reset_watermark_wrapper';
 
 COMMENT ON FUNCTION idem_reset_watermark(text, text, bigint) IS

@@ -3,16 +3,14 @@
 -- tenant. The grants are data of the extension: pg_dump keeps them.
 
 CREATE FUNCTION idem_grant_tenant(role regrole, tenant text) RETURNS boolean
-LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'idem_grant_tenant_wrapper';
 
 COMMENT ON FUNCTION idem_grant_tenant(regrole, text) IS
 'Let a role (and the roles that have its privileges) act on a tenant when pg_idem.tenant_grants is on; true if the grant is new';
 
 CREATE FUNCTION idem_revoke_tenant(role regrole, tenant text) RETURNS boolean
-LANGUAGE c VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+LANGUAGE c VOLATILE PARALLEL UNSAFE
 AS 'MODULE_PATHNAME', 'idem_revoke_tenant_wrapper';
 
 COMMENT ON FUNCTION idem_revoke_tenant(regrole, text) IS

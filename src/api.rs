@@ -11,7 +11,7 @@ use crate::datum::{self, Jsonb, Record};
 use crate::hashing;
 use crate::jsonb_walk;
 use crate::stats::{self, Event};
-use crate::store::{self, ClaimOutcome, ClaimRequest, Fenced, State};
+use crate::store::{self, ClaimOutcome, ClaimRequest, Fenced, FencedChange, State};
 use crate::time::{clock, timestamptz, Micros};
 use crate::{errors, guc, tenants};
 
@@ -62,7 +62,7 @@ fn idem_claim(
         reject_stale_uuidv7: guc::reject_stale_uuidv7(),
     };
     let now = clock();
-    let outcome = store::with_client(|client| store::claim(client, &request, now));
+    let outcome = store::claim(&request, now);
     record_outcome(tenant, &outcome);
     // built after SPI is gone: the row must live in the caller's memory context
     let (_, outcome, fence, attempt, code, body, lease_expires_at, expires_at, phase, data) =
@@ -123,10 +123,14 @@ fn finish(
     let target = fenced(function, tenant, key, fence);
     let body = check(args::payload(response_body, "response_body"));
     let now = clock();
-    let expires_at = store::with_client(|client| {
-        store::finish(client, &target, state, response_code, body, now)
-    });
-    timestamptz(unless_refused(&target, expires_at))
+    let change = FencedChange::Finish {
+        state,
+        response_code,
+        response_body: body,
+        now,
+    };
+    let (expires_at, _) = unless_refused(&target, store::fenced(&target, &change));
+    timestamptz(expires_at)
 }
 
 #[pg_extern(sql = false)]
@@ -170,10 +174,7 @@ fn idem_fail_final(
 #[pg_extern(sql = false)]
 fn idem_release(tenant: Option<&str>, key: Option<&str>, fence: Option<i64>) {
     let target = fenced("idem_release", tenant, key, fence);
-    unless_refused(
-        &target,
-        store::with_client(|client| store::release(client, &target)),
-    );
+    unless_refused(&target, store::fenced(&target, &FencedChange::Release));
 }
 
 #[pg_extern(sql = false)]
@@ -187,16 +188,19 @@ fn idem_heartbeat(
     let lease_us = check(args::duration(lease, "lease", guc::lease_timeout_us()));
     let now = clock();
     let lease_expires_at = now.saturating_add(lease_us);
-    let lease_expires_at =
-        store::with_client(|client| store::heartbeat(client, &target, lease_expires_at, now));
-    timestamptz(unless_refused(&target, lease_expires_at))
+    let change = FencedChange::Heartbeat {
+        lease_expires_at,
+        now,
+    };
+    unless_refused(&target, store::fenced(&target, &change));
+    timestamptz(lease_expires_at)
 }
 
 #[pg_extern(sql = false)]
 fn idem_forget(tenant: Option<&str>, key: Option<&str>) -> bool {
     let (tenant, key) = check(args::tenant_and_key(tenant, key, "key"));
     tenants::check_access(tenant);
-    store::with_client(|client| store::forget(client, tenant, key))
+    store::forget(tenant, key)
 }
 
 #[pg_extern(sql = false)]
@@ -213,7 +217,8 @@ fn idem_purge(max_rows: Option<i32>) -> i64 {
         }
     }
     let now = clock();
-    let deleted = store::with_client(|client| store::purge(client, now, max_rows.map(i64::from)));
+    let deleted =
+        crate::sql::with_client(|client| store::purge(client, now, max_rows.map(i64::from)));
     stats::record_purged(deleted);
     // on a Citus coordinator, the shards on the worker nodes too (their counters count them)
     if cluster::coordinator_of_distributed_keys() {

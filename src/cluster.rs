@@ -5,9 +5,9 @@
 //! node, so that one call purges the whole cluster.
 
 use pgrx::datum::DatumWithOid;
-use pgrx::Spi;
 
 use crate::errors;
+use crate::sql;
 
 /// Whether the citus extension exists in this database.
 pub fn citus_installed() -> bool {
@@ -19,11 +19,9 @@ pub fn citus_installed() -> bool {
 /// Whether Citus manages idem.keys (the caller has checked `citus_installed`: the query reads
 /// Citus's catalog).
 fn keys_distributed() -> bool {
-    const QUERY: &str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition AS d \
-          WHERE d.logicalrelid OPERATOR(pg_catalog.=) 'idem.keys'::pg_catalog.regclass)";
-    Spi::get_one::<bool>(QUERY)
-        .unwrap_or_else(|e| errors::internal("asking Citus about idem.keys", e).raise())
-        .unwrap_or(false)
+    const QUERY: &str = "SELECT 1::pg_catalog.int8 FROM pg_catalog.pg_dist_partition AS d \
+          WHERE d.logicalrelid OPERATOR(pg_catalog.=) 'idem.keys'::pg_catalog.regclass";
+    sql::with_client(|client| client.query_one_i64(QUERY, &[])) == Some(1)
 }
 
 /// Whether Citus is installed and distributes idem.keys.
@@ -33,10 +31,8 @@ pub fn keys_are_distributed() -> bool {
 
 /// Whether this node is a Citus coordinator and idem.keys is distributed.
 pub fn coordinator_of_distributed_keys() -> bool {
-    keys_are_distributed()
-        && Spi::get_one::<bool>("SELECT pg_catalog.citus_is_coordinator()")
-            .unwrap_or_else(|e| errors::internal("asking Citus for the node's role", e).raise())
-            .unwrap_or(false)
+    const QUERY: &str = "SELECT 1::pg_catalog.int8 WHERE pg_catalog.citus_is_coordinator()";
+    keys_are_distributed() && sql::with_client(|client| client.query_one_i64(QUERY, &[])) == Some(1)
 }
 
 /// Runs `idem_purge(max_rows)` on every worker node, each in its own transaction there, and
@@ -55,10 +51,8 @@ pub fn purge_worker_nodes(max_rows: Option<i32>) -> i64 {
         Some(n) => n.into(),
         None => DatumWithOid::null::<i32>(),
     }];
-    Spi::connect(|client| {
-        let rows = client
-            .select(QUERY, None, &args)
-            .unwrap_or_else(|e| errors::internal("purging the worker nodes", e).raise());
+    sql::with_client(|client| {
+        let rows = client.run(QUERY, &args);
         let mut total = 0i64;
         for row in rows {
             let get = |n: usize| {

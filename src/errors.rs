@@ -133,6 +133,17 @@ pub fn key_not_found(function: &str, tenant: &str, key: &str, fence: i64) -> Ide
     )
 }
 
+/// 54000: more fence sequences (databases with pg_idem, or re-creations of it) drew fences in
+/// this server lifetime than the fence clock keeps floors for.
+pub fn too_many_fence_sequences(slots: usize) -> IdemError {
+    IdemError::new(
+        PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+        "pg_idem cannot draw a fence for this database".to_string(),
+        format!("Fences of at most {slots} databases (counting each DROP and CREATE EXTENSION pg_idem as a new one) are kept apart in one server lifetime."),
+        "Restart the server; fewer databases with pg_idem per server also avoid it.",
+    )
+}
+
 /// 42501: pg_idem.tenant_grants is on and the role has no grant on the tenant.
 pub fn tenant_denied(tenant: &str, role: &str) -> IdemError {
     IdemError::new(

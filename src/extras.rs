@@ -8,7 +8,7 @@ use crate::api::{claim_row, fenced, lease_and_ttl, record_outcome, unless_refuse
 use crate::args::{self, check};
 use crate::datum::Jsonb;
 use crate::hashing;
-use crate::store::{self, ClaimOutcome, ClaimRequest};
+use crate::store::{self, ClaimOutcome, ClaimRequest, FencedChange};
 use crate::time::clock;
 use crate::{errors, guc, tenants};
 
@@ -123,12 +123,8 @@ fn idem_claim_many<'a>(
         .collect();
     let now = clock();
     // in input order, so that a key repeated in the batch meets its own earlier claim
-    let outcomes: Vec<ClaimOutcome<'a>> = store::with_client(|client| {
-        requests
-            .iter()
-            .map(|r| store::claim(client, r, now))
-            .collect()
-    });
+    let outcomes: Vec<ClaimOutcome<'a>> =
+        store::with_store(|store| requests.iter().map(|r| store.claim(r, now)).collect());
     let rows: Vec<_> = requests
         .iter()
         .zip(outcomes)
@@ -156,17 +152,14 @@ fn idem_checkpoint(
     ));
     let data = check(args::payload(data, "data"));
     let now = clock();
-    let done = store::with_client(|client| store::checkpoint(client, &target, phase, data, now));
-    unless_refused(&target, done);
+    let change = FencedChange::Checkpoint { phase, data, now };
+    unless_refused(&target, store::fenced(&target, &change));
 }
 
 #[pg_extern(sql = false)]
 fn idem_assert_fence(tenant: Option<&str>, key: Option<&str>, fence: Option<i64>) {
     let target = fenced("idem_assert_fence", tenant, key, fence);
-    unless_refused(
-        &target,
-        store::with_client(|client| store::assert_fence(client, &target)),
-    );
+    unless_refused(&target, store::fenced(&target, &FencedChange::AssertFence));
 }
 
 #[pg_extern(sql = false)]

@@ -15,20 +15,197 @@
 //! not plain btree indexes on columns (expressions, predicates, exclusion constraints, deferred
 //! uniqueness).
 
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
 use pgrx::pg_sys;
 use pgrx::{IntoDatum, PgTupleDesc};
 
 use crate::errors;
 use crate::pg_version;
 
-/// A table opened with RowExclusiveLock for reads and writes without the executor, with its
-/// indexes. Closed (locks kept until the end of the transaction) when dropped.
+/// A table opened with RowExclusiveLock for reads and writes without the executor. Its indexes
+/// are opened when a call first needs them (a look-up needs the primary key only, a HOT update
+/// none). Closed (locks kept until the end of the transaction) when dropped.
 pub struct Table {
     rel: pg_sys::Relation,
-    indexes: Vec<(pg_sys::Relation, *mut pg_sys::IndexInfo)>,
+    layout: Rc<Layout>,
+    /// The open index relations, by position in `layout.indexes`; null until opened.
+    opened: RefCell<Vec<pg_sys::Relation>>,
+    /// Where the row version this table last inserted or updated went (`written`).
+    written: Cell<Option<Written>>,
 }
 
-/// The position of the primary key among a `Table`'s open indexes (`Table::primary_key`).
+/// Where a row version was written, and by which transaction into which file: what
+/// `Table::fetch_own` needs to find it again without an index.
+#[derive(Clone, Copy)]
+pub struct Written {
+    tid: pg_sys::ItemPointerData,
+    xid: pg_sys::TransactionId,
+    relfilenode: pg_sys::Oid,
+}
+
+/// What a table's indexes are (their OIDs, and the IndexInfo the index access methods take),
+/// and that the table is one this module can write as the executor would: found by a look-up
+/// of the catalogs, kept per backend by the caller, and valid until PostgreSQL invalidates the
+/// table or one of its indexes (`Table::open` then answers `Stale`). Its IndexInfos live in a
+/// memory context of their own, deleted with the layout.
+pub struct Layout {
+    relid: pg_sys::Oid,
+    indexes: Vec<(pg_sys::Oid, *mut pg_sys::IndexInfo)>,
+    memory: pg_sys::MemoryContext,
+    /// `INVALIDATIONS` when the look-up began
+    generation: u64,
+}
+
+impl Drop for Layout {
+    fn drop(&mut self) {
+        // SAFETY: the context was created by `Layout::load` and only this layout uses it; a
+        // Table that still points into it holds an Rc of this layout, so none does any more.
+        unsafe { pg_sys::MemoryContextDelete(self.memory) };
+    }
+}
+
+thread_local! {
+    /// Relation invalidations of tables with a layout, or of their indexes, seen by this backend.
+    static INVALIDATIONS: Cell<u64> = const { Cell::new(0) };
+    /// The relations whose invalidation makes layouts stale: every table a layout was loaded
+    /// for, and their indexes (a pg_index change, such as an index becoming ready for inserts,
+    /// invalidates the index, not always the table).
+    static WATCHED: RefCell<Vec<pg_sys::Oid>> = const { RefCell::new(Vec::new()) };
+    static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Counts an invalidation of a watched relation (or of every relation: InvalidOid).
+///
+/// SAFETY: called by PostgreSQL's invalidation machinery with a relation OID; it only touches
+/// this backend's thread-locals, and neither raises errors nor reads the catalogs.
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
+    let watched = relid == pg_sys::InvalidOid || WATCHED.with(|w| w.borrow().contains(&relid));
+    if watched {
+        INVALIDATIONS.with(|n| n.set(n.get() + 1));
+    }
+}
+
+fn watch(relids: impl IntoIterator<Item = pg_sys::Oid>) {
+    if !CALLBACK_REGISTERED.with(Cell::get) {
+        // SAFETY: registers, once per backend, a callback that only counts invalidations.
+        unsafe {
+            pg_sys::CacheRegisterRelcacheCallback(
+                Some(on_relcache_invalidation),
+                pg_sys::Datum::from(0),
+            )
+        };
+        CALLBACK_REGISTERED.with(|c| c.set(true));
+    }
+    WATCHED.with(|w| {
+        let mut w = w.borrow_mut();
+        for relid in relids {
+            if !w.contains(&relid) {
+                w.push(relid);
+            }
+        }
+    });
+}
+
+/// Why a layout found before could not open its table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Open {
+    /// The table or one of its indexes changed since the layout was found: find it again.
+    Stale,
+    /// The table was dropped.
+    Gone,
+}
+
+impl Layout {
+    /// Finds the layout of the table `relid`, and opens the table with RowExclusiveLock; Err
+    /// names what the executor would have to do for it that this module does not, or says that
+    /// it no longer exists.
+    pub fn load(relid: pg_sys::Oid) -> Result<(Rc<Layout>, Table), &'static str> {
+        watch([relid]);
+        let generation = INVALIDATIONS.with(Cell::get);
+        // SAFETY: try_table_open returns NULL for a relation dropped since its OID was looked
+        // up; taking the lock processes the invalidations others committed, so what is read
+        // below is the table as it is now.
+        let rel = unsafe { pg_sys::try_table_open(relid, pg_sys::RowExclusiveLock as i32) };
+        if rel.is_null() {
+            return Err("it was dropped");
+        }
+        // SAFETY: a new memory context under CacheMemoryContext, owned by the layout.
+        let memory = unsafe {
+            pg_sys::AllocSetContextCreateExtended(
+                pg_sys::CacheMemoryContext,
+                c"pg_idem table layout".as_ptr(),
+                pg_sys::ALLOCSET_SMALL_MINSIZE as usize,
+                pg_sys::ALLOCSET_SMALL_INITSIZE as usize,
+                pg_sys::ALLOCSET_SMALL_MAXSIZE as usize,
+            )
+        };
+        let mut layout = Layout {
+            relid,
+            indexes: Vec::new(),
+            memory,
+            generation,
+        };
+        let checked = check_writable(rel);
+        let mut opened = Vec::new();
+        if checked.is_ok() {
+            // SAFETY: rel is open; RelationGetIndexList returns a fresh list of index OIDs.
+            let oids = oid_list(unsafe { pg_sys::RelationGetIndexList(rel) });
+            watch(oids.iter().copied());
+            for oid in oids {
+                // SAFETY: an index of the open table, opened with the lock INSERT takes on
+                // indexes (kept by the Table below); its IndexInfo is built in the layout's own
+                // context.
+                let (index, info) = unsafe {
+                    let index = pg_sys::index_open(oid, pg_sys::RowExclusiveLock as i32);
+                    let old = pg_sys::MemoryContextSwitchTo(memory);
+                    let info = pg_sys::BuildIndexInfo(index);
+                    pg_sys::MemoryContextSwitchTo(old);
+                    (index, info)
+                };
+                layout.indexes.push((oid, info));
+                opened.push(index);
+            }
+        }
+        let table = Table {
+            rel,
+            opened: RefCell::new(opened),
+            layout: Rc::new(layout),
+            written: Cell::new(None),
+        };
+        checked?;
+        for (position, &(_, info)) in table.layout.indexes.iter().enumerate() {
+            // SAFETY: the index is open (above) and info its IndexInfo.
+            unsafe { check_index(table.index(position), info) }?;
+        }
+        Ok((table.layout.clone(), table))
+    }
+
+    /// Which index is the table's primary key, valid and on exactly the columns `columns`
+    /// (attribute numbers, in order); None when there is no such index.
+    pub fn primary_key(&self, table: &Table, columns: &[usize]) -> Option<PrimaryKey> {
+        (0..self.indexes.len())
+            .find(|&position| {
+                let (index, info) = (table.index(position), self.indexes[position].1);
+                // SAFETY: index is open and info its IndexInfo; rd_index is the index's
+                // pg_index row as of the lock taken when the table was opened.
+                unsafe {
+                    let form = &*(*index).rd_index;
+                    let keys =
+                        &(&(*info).ii_IndexAttrNumbers)[..(*info).ii_NumIndexKeyAttrs as usize];
+                    form.indisprimary
+                        && form.indisvalid
+                        && keys.len() == columns.len()
+                        && keys.iter().zip(columns).all(|(&k, &c)| k as usize == c)
+                }
+            })
+            .map(PrimaryKey)
+    }
+}
+
+/// The position of the primary key among a table's indexes (`Layout::primary_key`).
 #[derive(Clone, Copy)]
 pub struct PrimaryKey(usize);
 
@@ -84,6 +261,15 @@ impl Found {
     }
 }
 
+/// What an insert gave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inserted {
+    Yes,
+    /// Another row holds the primary key (committed, or its transaction is running); this
+    /// transaction's row was taken back.
+    Taken,
+}
+
 /// What a write to an existing row version gave.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Write {
@@ -96,62 +282,64 @@ pub enum Write {
 }
 
 impl Table {
-    /// Opens the relation `relid` with RowExclusiveLock; Err names what the executor would have
-    /// to do for it that this module does not, or says that it no longer exists.
-    ///
-    /// Taking the lock processes the invalidations other sessions committed (a REINDEX
-    /// CONCURRENTLY that swapped an index in, a dropped index, a new one), so the indexes opened
-    /// here are those of the table as it is now: callers find an index among them
-    /// (`primary_key`), never by an OID remembered from an earlier call.
-    pub fn open(relid: pg_sys::Oid) -> Result<Table, &'static str> {
-        // SAFETY: try_table_open returns NULL for a relation dropped since its OID was looked
-        // up; otherwise the pointer stays valid while the table is open, until `Drop`.
-        let rel = unsafe { pg_sys::try_table_open(relid, pg_sys::RowExclusiveLock as i32) };
+    /// Opens the table of a layout found before, with RowExclusiveLock. Taking the lock
+    /// processes the invalidations other sessions committed (a REINDEX CONCURRENTLY that
+    /// swapped an index in, a dropped index, a new one, a trigger): if one of them concerns
+    /// the table or its indexes, the layout is stale and the caller finds it again.
+    pub fn open(layout: &Rc<Layout>) -> Result<Table, Open> {
+        // SAFETY: try_table_open returns NULL for a relation dropped since; otherwise the
+        // pointer stays valid while the table is open, until `Drop`.
+        let rel = unsafe { pg_sys::try_table_open(layout.relid, pg_sys::RowExclusiveLock as i32) };
         if rel.is_null() {
-            return Err("it was dropped");
+            return Err(Open::Gone);
         }
-        let mut table = Table {
+        let table = Table {
             rel,
-            indexes: Vec::new(),
+            opened: RefCell::new(vec![std::ptr::null_mut(); layout.indexes.len()]),
+            layout: layout.clone(),
+            written: Cell::new(None),
         };
-        table.check_writable()?;
-        // SAFETY: rel is open; RelationGetIndexList returns a fresh list of index OIDs.
-        let list = unsafe { pg_sys::RelationGetIndexList(rel) };
-        for oid in oid_list(list) {
-            // SAFETY: an index of the open table; opened with the lock INSERT takes on indexes,
-            // closed in Drop.
-            let index = unsafe { pg_sys::index_open(oid, pg_sys::RowExclusiveLock as i32) };
-            // SAFETY: index is open; BuildIndexInfo allocates in the current memory context.
-            let info = unsafe { pg_sys::BuildIndexInfo(index) };
-            table.indexes.push((index, info));
-            // SAFETY: both pointers were just returned by PostgreSQL and are valid.
-            unsafe { check_index(index, info) }?;
+        if INVALIDATIONS.with(Cell::get) != layout.generation {
+            return Err(Open::Stale);
         }
         Ok(table)
     }
 
-    fn check_writable(&self) -> Result<(), &'static str> {
-        // SAFETY: self.rel is an open relation; these are plain reads of its cached catalog data.
-        unsafe {
-            let class = &*(*self.rel).rd_rel;
-            if class.relkind != pg_sys::RELKIND_RELATION as i8 {
-                return Err("it is not a plain table");
-            }
-            if class.relam != pg_sys::HEAP_TABLE_AM_OID {
-                return Err("it does not use the heap access method");
-            }
-            if class.relrowsecurity {
-                return Err("it has row level security");
-            }
-            if !(*self.rel).trigdesc.is_null() {
-                return Err("it has triggers");
-            }
-            let constr = (*(*self.rel).rd_att).constr;
-            if !constr.is_null() && ((*constr).num_check > 0 || (*constr).has_generated_stored) {
-                return Err("it has CHECK constraints or generated columns");
-            }
+    /// The index at `position` of the layout, opened on first use in this call.
+    fn index(&self, position: usize) -> pg_sys::Relation {
+        let opened = self.opened.borrow()[position];
+        if !opened.is_null() {
+            return opened;
         }
-        Ok(())
+        // SAFETY: an index of this table as of the table's lock (the layout is current), with
+        // the lock INSERT takes on indexes; closed in Drop.
+        let index = unsafe {
+            pg_sys::index_open(
+                self.layout.indexes[position].0,
+                pg_sys::RowExclusiveLock as i32,
+            )
+        };
+        self.opened.borrow_mut()[position] = index;
+        index
+    }
+
+    /// Where the row version this table last inserted or updated is (for `fetch_own`).
+    pub fn written(&self) -> Option<Written> {
+        self.written.get()
+    }
+
+    /// Notes that the tuple `tuple` was just written by this transaction.
+    ///
+    /// SAFETY: `tuple` was just inserted or is the new version of an update (its t_self set).
+    unsafe fn note_written(&self, tuple: pg_sys::HeapTuple) {
+        // SAFETY: the caller's promise; the write assigned this transaction an id.
+        self.written.set(Some(unsafe {
+            Written {
+                tid: (*tuple).t_self,
+                xid: pg_sys::GetTopTransactionIdIfAny(),
+                relfilenode: (*(*self.rel).rd_rel).relfilenode,
+            }
+        }));
     }
 
     pub fn relid(&self) -> pg_sys::Oid {
@@ -178,45 +366,23 @@ impl Table {
         self.descriptor().len()
     }
 
-    /// Which of the open indexes is the table's primary key, valid and on exactly the columns
-    /// `columns` (attribute numbers, in order); None when there is no such index right now.
-    pub fn primary_key(&self, columns: &[usize]) -> Option<PrimaryKey> {
-        self.indexes
-            .iter()
-            .position(|&(rel, info)| {
-                // SAFETY: rel is an open index and info its IndexInfo; rd_index is the index's
-                // pg_index row as of the lock taken in `open`.
-                unsafe {
-                    let form = &*(*rel).rd_index;
-                    let keys =
-                        &(&(*info).ii_IndexAttrNumbers)[..(*info).ii_NumIndexKeyAttrs as usize];
-                    form.indisprimary
-                        && form.indisvalid
-                        && keys.len() == columns.len()
-                        && keys.iter().zip(columns).all(|(&k, &c)| k as usize == c)
-                }
-            })
-            .map(PrimaryKey)
-    }
-
-    /// Looks up the row whose text columns `columns` (attribute numbers) equal `values`,
-    /// through the primary key `key` (found by `primary_key` on those columns).
-    pub fn find(&self, key: PrimaryKey, columns: &[(usize, &str)], snap: Snap) -> Option<Found> {
-        let index_rel = self.indexes[key.0].0;
-        // SAFETY: index_rel is an open index.
-        let index = unsafe { (*index_rel).rd_id };
-        let mut keys: Vec<pg_sys::ScanKeyData> = columns
+    /// Looks up the row whose text columns equal `values` (in the order of the primary key's
+    /// columns), through the primary key `key`, with an index scan on the index already open.
+    pub fn find(&self, key: PrimaryKey, values: &[&str], snap: Snap) -> Option<Found> {
+        let index_rel = self.index(key.0);
+        let mut keys: Vec<pg_sys::ScanKeyData> = values
             .iter()
             .enumerate()
-            .map(|(i, (attno, value))| {
+            .map(|(i, value)| {
                 // SAFETY: a zeroed ScanKeyData is filled in completely by ScanKeyEntryInitialize;
-                // the collation is the index column's own, so the btree compares as it sorted.
+                // the attribute is the index's column i+1, the collation that column's own, so
+                // the btree compares as it sorted.
                 unsafe {
                     let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
                     pg_sys::ScanKeyEntryInitialize(
                         &mut key,
                         0,
-                        *attno as pg_sys::AttrNumber,
+                        (i + 1) as pg_sys::AttrNumber,
                         pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
                         pg_sys::InvalidOid,
                         *(*index_rel).rd_indcollation.add(i),
@@ -241,35 +407,106 @@ impl Table {
             },
             Snap::Latest => &raw mut dirty,
         };
-        // SAFETY: the relation and index are open, the keys are initialized and outlive the scan;
-        // the tuple returned by systable_getnext is valid until the next call, and is copied
-        // before the scan ends.
+        // SAFETY: the table and its primary key are open, the keys are initialized and outlive
+        // the scan; the tuple the slot holds stays valid (pinned) until the slot is dropped, and
+        // is copied before.
         unsafe {
-            let scan = pg_sys::systable_beginscan(
-                self.rel,
-                index,
-                true,
-                registered,
-                keys.len() as i32,
+            let scan =
+                pg_version::index_beginscan(self.rel, index_rel, registered, keys.len() as i32);
+            pg_sys::index_rescan(
+                scan,
                 keys.as_mut_ptr(),
+                keys.len() as i32,
+                std::ptr::null_mut(),
+                0,
             );
-            let tuple = pg_sys::systable_getnext(scan);
-            let found = (!tuple.is_null()).then(|| {
-                let holder = if dirty.xmin != pg_sys::InvalidTransactionId {
-                    Holder::Inserting(dirty.xmin)
-                } else if dirty.xmax != pg_sys::InvalidTransactionId {
-                    Holder::Changing(dirty.xmax)
-                } else if held_by_me((*tuple).t_data) {
-                    Holder::Me
-                } else {
-                    Holder::Nobody
-                };
-                self.deform(pg_sys::heap_copytuple(tuple), holder)
-            });
-            pg_sys::systable_endscan(scan);
+            let slot = pg_sys::MakeSingleTupleTableSlot(
+                (*self.rel).rd_att,
+                &raw const pg_sys::TTSOpsBufferHeapTuple,
+            );
+            let found =
+                pg_sys::index_getnext_slot(scan, pg_sys::ScanDirection::ForwardScanDirection, slot)
+                    .then(|| {
+                        let mut should_free = false;
+                        let tuple = pg_sys::ExecFetchSlotHeapTuple(slot, false, &mut should_free);
+                        let holder = if dirty.xmin != pg_sys::InvalidTransactionId {
+                            Holder::Inserting(dirty.xmin)
+                        } else if dirty.xmax != pg_sys::InvalidTransactionId {
+                            Holder::Changing(dirty.xmax)
+                        } else if held_by_me((*tuple).t_data) {
+                            Holder::Me
+                        } else {
+                            Holder::Nobody
+                        };
+                        self.deform(pg_sys::heap_copytuple(tuple), holder)
+                    });
+            pg_sys::ExecDropSingleTupleTableSlot(slot);
+            pg_sys::index_endscan(scan);
             if snap == Snap::Transaction {
                 pg_sys::UnregisterSnapshot(registered);
             }
+            found
+        }
+    }
+
+    /// The row version `written` says this table wrote, if it is still this transaction's
+    /// latest version of that row (inserted or updated by it, in a subtransaction still alive);
+    /// None otherwise: another transaction's write, an older version, a version of a rolled back
+    /// subtransaction, a rewritten table. For a caller that remembers where it wrote a row, a
+    /// look-up without an index descent.
+    pub fn fetch_own(&self, written: &Written) -> Option<Found> {
+        // SAFETY: plain reads of this backend's transaction state and of the open relation.
+        let (same_transaction, same_file) = unsafe {
+            (
+                written.xid == pg_sys::GetTopTransactionIdIfAny(),
+                written.relfilenode == (*(*self.rel).rd_rel).relfilenode,
+            )
+        };
+        if !same_transaction || !same_file {
+            return None;
+        }
+        let tid = written.tid;
+        let block = (u32::from(tid.ip_blkid.bi_hi) << 16) | u32::from(tid.ip_blkid.bi_lo);
+        // The block was written in this transaction, and this transaction's lock on the table
+        // keeps others from truncating it; only a TRUNCATE of storage this very transaction
+        // created empties the file in place, so only then is the block's existence checked.
+        // SAFETY: the table is open.
+        if unsafe { pg_version::storage_is_new_in_this_transaction(self.rel) } {
+            // SAFETY: the table is open; the number of blocks of its main fork comes from smgr.
+            let blocks = unsafe {
+                pg_sys::RelationGetNumberOfBlocksInFork(self.rel, pg_sys::ForkNumber::MAIN_FORKNUM)
+            };
+            if block >= blocks {
+                return None;
+            }
+        }
+        // SAFETY: the block exists (above). An index scan prunes each heap page it visits
+        // (dead versions of HOT chains, such as the one a completion leaves behind); so does
+        // this look-up, with the page pinned by it alone and before any tuple on it is read,
+        // since pruning may move tuples within the page.
+        unsafe {
+            let buffer = pg_sys::ReadBuffer(self.rel, block);
+            pg_sys::heap_page_prune_opt(self.rel, buffer);
+            pg_sys::ReleaseBuffer(buffer);
+        }
+        // SAFETY: a SnapshotSelf is a SnapshotData with only its type set; it sees what this
+        // transaction wrote up to now, and no version it replaced or deleted.
+        let mut snapshot: pg_sys::SnapshotData = unsafe { std::mem::zeroed() };
+        snapshot.snapshot_type = pg_sys::SnapshotType::SNAPSHOT_SELF;
+        // SAFETY: heap_fetch fills in the rest of the tuple data from t_self.
+        let mut tuple: pg_sys::HeapTupleData = unsafe { std::mem::zeroed() };
+        tuple.t_self = tid;
+        let mut buffer: pg_sys::Buffer = 0;
+        // SAFETY: the table is open, the block exists, the snapshot is valid for the call; on
+        // success the buffer is pinned and released below, after the copy.
+        unsafe {
+            if !pg_version::heap_fetch(self.rel, &raw mut snapshot, &mut tuple, &mut buffer) {
+                return None;
+            }
+            let mine =
+                pg_sys::TransactionIdIsCurrentTransactionId((*tuple.t_data).t_choice.t_heap.t_xmin);
+            let found = mine.then(|| self.deform(pg_sys::heap_copytuple(&mut tuple), Holder::Me));
+            pg_sys::ReleaseBuffer(buffer);
             found
         }
     }
@@ -317,9 +554,20 @@ impl Table {
         }
     }
 
-    /// Inserts a row and its index entries; unique indexes raise 23505 on a duplicate (and
-    /// would wait for an uncommitted one, which the caller rules out first).
-    pub fn insert(&self, values: &mut [pg_sys::Datum], nulls: &mut [bool]) {
+    /// Inserts a row and its index entries, unless another row (committed, or inserted by a
+    /// transaction still running) already holds its value of the primary key `key`: then the
+    /// row is deleted again at once and the answer is `Inserted::Taken`, without waiting for
+    /// that transaction. This is INSERT ... ON CONFLICT DO NOTHING without the wait: the unique
+    /// check of `key` is btree's partial one (the one deferred constraints use), which reports
+    /// a possible duplicate instead of waiting and raising; the row's own entries stay behind
+    /// for VACUUM, as a speculative insertion's do. Other unique indexes check as the executor
+    /// does (23505).
+    pub fn insert(
+        &self,
+        key: PrimaryKey,
+        values: &mut [pg_sys::Datum],
+        nulls: &mut [bool],
+    ) -> Inserted {
         let tuple = self.form(values, nulls);
         // SAFETY: the table is open with RowExclusiveLock and the tuple matches its descriptor;
         // heap_insert assigns the transaction id, writes WAL and TOASTs as needed.
@@ -332,9 +580,36 @@ impl Table {
                 std::ptr::null_mut(),
             );
         }
-        self.insert_index_entries(tuple, None);
+        let unique = self.insert_index_entries(tuple, None, Some(key));
         // SAFETY: makes the row visible to the next look-up of this transaction.
         unsafe { pg_sys::CommandCounterIncrement() };
+        if unique {
+            // SAFETY: heap_insert set the tuple's t_self to where it went.
+            unsafe { self.note_written(tuple) };
+            return Inserted::Yes;
+        }
+        // SAFETY: the tuple was inserted just above by this transaction (its t_self is where).
+        let mut tid = unsafe { (*tuple).t_self };
+        // SAFETY: the failure data is written by heap_delete before it is read
+        let mut failure: pg_sys::TM_FailureData = unsafe { std::mem::zeroed() };
+        // SAFETY: deletes the row this transaction inserted in an earlier command.
+        let result = unsafe {
+            pg_sys::heap_delete(
+                self.rel,
+                &mut tid,
+                pg_sys::GetCurrentCommandId(true),
+                std::ptr::null_mut(),
+                true,
+                &mut failure,
+                false,
+            )
+        };
+        if self.write_result(result, &failure) != Write::Done {
+            errors::internal("taking back a row", "it was changed by another transaction").raise();
+        }
+        // SAFETY: makes the deletion visible to the next look-up of this transaction.
+        unsafe { pg_sys::CommandCounterIncrement() };
+        Inserted::Taken
     }
 
     /// Replaces the row version at `found` with `values`; without `wait`, a row another running
@@ -370,8 +645,10 @@ impl Table {
             let heap_only =
                 unsafe { u32::from((*(*tuple).t_data).t_infomask2) & pg_sys::HEAP_ONLY_TUPLE != 0 };
             if !heap_only {
-                self.insert_index_entries(tuple, Some((found, values, nulls)));
+                self.insert_index_entries(tuple, Some((found, values, nulls)), None);
             }
+            // SAFETY: heap_update set the new version's t_self to where it went.
+            unsafe { self.note_written(tuple) };
             // SAFETY: makes the new version visible to the next look-up of this transaction.
             unsafe { pg_sys::CommandCounterIncrement() };
         }
@@ -454,12 +731,16 @@ impl Table {
     }
 
     /// Adds the index entries of a new row version (`old`: the version it replaces, for the
-    /// "unchanged" hint that lets btree delete old versions bottom-up).
+    /// "unchanged" hint that lets btree delete old versions bottom-up). With `partial`, the
+    /// unique check of that index only reports a possible duplicate (false) instead of waiting
+    /// for its transaction and raising 23505.
     fn insert_index_entries(
         &self,
         tuple: pg_sys::HeapTuple,
         old: Option<(&Found, &[pg_sys::Datum], &[bool])>,
-    ) {
+        partial: Option<PrimaryKey>,
+    ) -> bool {
+        let mut unique = true;
         // SAFETY: a standalone slot for the table's descriptor holding the new tuple (not owned
         // by the slot), dropped at the end; FormIndexDatum needs no executor state for indexes
         // on plain columns, which `open` guarantees.
@@ -469,10 +750,11 @@ impl Table {
                 &raw const pg_sys::TTSOpsHeapTuple,
             );
             pg_sys::ExecStoreHeapTuple(tuple, slot, false);
-            for &(index, info) in &self.indexes {
+            for (position, &(_, info)) in self.layout.indexes.iter().enumerate() {
                 if !(*info).ii_ReadyForInserts {
                     continue;
                 }
+                let index = self.index(position);
                 let mut values = [pg_sys::Datum::from(0); pg_sys::INDEX_MAX_KEYS as usize];
                 let mut isnull = [false; pg_sys::INDEX_MAX_KEYS as usize];
                 pg_sys::FormIndexDatum(
@@ -485,12 +767,16 @@ impl Table {
                 let unchanged = old.is_some_and(|(old, values, nulls)| {
                     Self::index_unchanged(info, old, (values, nulls))
                 });
-                let check = if (*info).ii_Unique {
-                    pg_sys::IndexUniqueCheck::UNIQUE_CHECK_YES
-                } else {
+                let check = if !(*info).ii_Unique {
                     pg_sys::IndexUniqueCheck::UNIQUE_CHECK_NO
+                } else if partial.is_some_and(|key| key.0 == position) {
+                    pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL
+                } else {
+                    pg_sys::IndexUniqueCheck::UNIQUE_CHECK_YES
                 };
-                pg_sys::index_insert(
+                // for UNIQUE_CHECK_PARTIAL, false means "possibly a duplicate" (the other
+                // checks raise instead; what they return means nothing)
+                let inserted = pg_sys::index_insert(
                     index,
                     values.as_mut_ptr(),
                     isnull.as_mut_ptr(),
@@ -500,9 +786,13 @@ impl Table {
                     unchanged,
                     info,
                 );
+                if check == pg_sys::IndexUniqueCheck::UNIQUE_CHECK_PARTIAL && !inserted {
+                    unique = false;
+                }
             }
             pg_sys::ExecDropSingleTupleTableSlot(slot);
         }
+        unique
     }
 
     /// Whether an update left every column of the index as it was: `new` are the values the
@@ -531,12 +821,39 @@ impl Drop for Table {
         // SAFETY: closes what `open` opened; NoLock keeps the locks until the end of the
         // transaction, as the executor does.
         unsafe {
-            for &(index, _) in &self.indexes {
-                pg_sys::index_close(index, pg_sys::NoLock as i32);
+            for &index in self.opened.borrow().iter() {
+                if !index.is_null() {
+                    pg_sys::index_close(index, pg_sys::NoLock as i32);
+                }
             }
             pg_sys::table_close(self.rel, pg_sys::NoLock as i32);
         }
     }
+}
+
+/// Whether the executor would do anything for a write to `rel` that this module does not.
+fn check_writable(rel: pg_sys::Relation) -> Result<(), &'static str> {
+    // SAFETY: rel is an open relation; these are plain reads of its cached catalog data.
+    unsafe {
+        let class = &*(*rel).rd_rel;
+        if class.relkind != pg_sys::RELKIND_RELATION as i8 {
+            return Err("it is not a plain table");
+        }
+        if class.relam != pg_sys::HEAP_TABLE_AM_OID {
+            return Err("it does not use the heap access method");
+        }
+        if class.relrowsecurity {
+            return Err("it has row level security");
+        }
+        if !(*rel).trigdesc.is_null() {
+            return Err("it has triggers");
+        }
+        let constr = (*(*rel).rd_att).constr;
+        if !constr.is_null() && ((*constr).num_check > 0 || (*constr).has_generated_stored) {
+            return Err("it has CHECK constraints or generated columns");
+        }
+    }
+    Ok(())
 }
 
 /// SAFETY: `index` is an open index and `info` its IndexInfo.

@@ -37,8 +37,10 @@ mod guc;
 mod hashing;
 mod heap;
 mod jsonb_walk;
+mod owner;
 mod pg_version;
 mod preload;
+mod sql;
 mod stats;
 mod store;
 mod streams;
@@ -71,6 +73,7 @@ pub extern "C-unwind" fn _PG_init() {
     // SAFETY: a flag the postmaster sets while it loads shared_preload_libraries.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         stats::init_shared_memory();
+        store::fences::init_shared_memory();
         worker::register();
         preload::mark();
     }

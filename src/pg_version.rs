@@ -50,3 +50,68 @@ pub unsafe fn heap_update(
         )
     }
 }
+
+/// index_beginscan. PostgreSQL 18 added an instrumentation argument (for EXPLAIN ANALYZE of
+/// index scans), which a scan outside the executor leaves NULL.
+///
+/// SAFETY: as for PostgreSQL's index_beginscan: `heap` and `index` open and locked, `snapshot`
+/// valid for the whole scan.
+pub unsafe fn index_beginscan(
+    heap: pg_sys::Relation,
+    index: pg_sys::Relation,
+    snapshot: pg_sys::Snapshot,
+    nkeys: i32,
+) -> pg_sys::IndexScanDesc {
+    #[cfg(not(feature = "pg18"))]
+    // SAFETY: the caller's promise.
+    unsafe {
+        pg_sys::index_beginscan(heap, index, snapshot, nkeys, 0)
+    }
+    #[cfg(feature = "pg18")]
+    // SAFETY: the caller's promise; no instrumentation.
+    unsafe {
+        pg_sys::index_beginscan(heap, index, snapshot, std::ptr::null_mut(), nkeys, 0)
+    }
+}
+
+/// heap_fetch: the tuple at `tuple.t_self` if `snapshot` sees it; on success its buffer is
+/// pinned in `buffer` (the caller releases it), on failure no buffer is kept. PostgreSQL 15
+/// added `keep_buf` to keep the buffer of a tuple the snapshot does not see; it is false here,
+/// which is what 14 always does.
+///
+/// SAFETY: as for PostgreSQL's heap_fetch: `rel` open and locked, `tuple.t_self` a tid within
+/// the relation, `snapshot` valid.
+pub unsafe fn heap_fetch(
+    rel: pg_sys::Relation,
+    snapshot: pg_sys::Snapshot,
+    tuple: &mut pg_sys::HeapTupleData,
+    buffer: &mut pg_sys::Buffer,
+) -> bool {
+    #[cfg(feature = "pg14")]
+    // SAFETY: the caller's promise.
+    unsafe {
+        pg_sys::heap_fetch(rel, snapshot, tuple, buffer)
+    }
+    #[cfg(not(feature = "pg14"))]
+    // SAFETY: the caller's promise.
+    unsafe {
+        pg_sys::heap_fetch(rel, snapshot, tuple, buffer, false)
+    }
+}
+
+/// Whether the relation's storage was created in this transaction (the relation itself, or a
+/// new relfilenode: TRUNCATE, a rewrite): only then can TRUNCATE empty that very file in place.
+/// PostgreSQL 16 renamed the field (relfilenode to relfilelocator).
+///
+/// SAFETY: `rel` is an open relation.
+pub unsafe fn storage_is_new_in_this_transaction(rel: pg_sys::Relation) -> bool {
+    // SAFETY: the caller's promise; plain reads of the relcache entry.
+    unsafe {
+        #[cfg(any(feature = "pg14", feature = "pg15"))]
+        let new_storage = (*rel).rd_newRelfilenodeSubid;
+        #[cfg(not(any(feature = "pg14", feature = "pg15")))]
+        let new_storage = (*rel).rd_newRelfilelocatorSubid;
+        // InvalidSubTransactionId is 0 (not in the bindings: a macro)
+        (*rel).rd_createSubid != 0 || new_storage != 0
+    }
+}

@@ -4,14 +4,13 @@
 //! calls on one stream serialise on its row (the second waits for the first to commit or roll
 //! back, because only then is it known whether its message is new).
 
-use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 
 use crate::args::{self, check};
 use crate::datum::{self, Record};
 use crate::errors;
-use crate::store;
-use crate::time::{clock, Micros};
+use crate::sql::{self, timestamptz_arg};
+use crate::time::clock;
 
 const ADVANCE: &str = "INSERT INTO idem.watermarks AS w (tenant, stream, watermark, updated_at) \
      VALUES ($1, $2, $3, $4) \
@@ -42,14 +41,9 @@ fn stream_args<'a>(tenant: Option<&'a str>, stream: Option<&'a str>) -> (&'a str
     (tenant, stream)
 }
 
-fn timestamptz_arg<'a>(micros: Micros) -> DatumWithOid<'a> {
-    // SAFETY: TimestampTz is an int64 passed by value, so the datum is the value itself.
-    unsafe { DatumWithOid::new(micros, pg_sys::TIMESTAMPTZOID) }
-}
-
 /// The stream's watermark: via a prepared plan of `sql` with (tenant, stream) as $1, $2.
 fn watermark(
-    client: &store::Client<'_, '_>,
+    client: &sql::Client<'_, '_>,
     sql: &'static str,
     tenant: &str,
     stream: &str,
@@ -67,7 +61,7 @@ fn idem_claim_seq(
     let (tenant, stream) = stream_args(tenant, stream);
     let seq = seq_arg(seq, "seq");
     let now = clock();
-    let (outcome, mark) = store::with_client(|client| {
+    let (outcome, mark) = sql::with_client(|client| {
         let advanced = client.query_one_i64(
             ADVANCE,
             &[
@@ -89,7 +83,7 @@ fn idem_claim_seq(
 #[pg_extern(sql = false)]
 fn idem_watermark(tenant: Option<&str>, stream: Option<&str>) -> Option<i64> {
     let (tenant, stream) = stream_args(tenant, stream);
-    store::with_client(|client| watermark(client, CURRENT, tenant, stream))
+    sql::with_client(|client| watermark(client, CURRENT, tenant, stream))
 }
 
 #[pg_extern(sql = false)]
@@ -101,7 +95,7 @@ fn idem_reset_watermark(
     let (tenant, stream) = stream_args(tenant, stream);
     let seq = seq_arg(seq, "seq");
     let now = clock();
-    store::with_client(|client| {
+    sql::with_client(|client| {
         let previous = watermark(client, LOCK_CURRENT, tenant, stream);
         client.query_one_i64(
             RESET,

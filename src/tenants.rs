@@ -11,7 +11,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::args::{self, check};
-use crate::{errors, guc, store};
+use crate::{errors, guc, sql};
 
 const GRANTED: &str = "SELECT 1::pg_catalog.int8 FROM idem.tenant_grants AS g \
      WHERE g.tenant OPERATOR(pg_catalog.=) $1 \
@@ -44,9 +44,8 @@ pub fn check_access(tenant: &str) {
     // writes every node's copy but invalidates nothing in the other nodes' backends, so no
     // answer is kept there.
     let citus = crate::cluster::citus_installed();
-    let look_up = || {
-        store::with_client(|c| c.query_one_i64(GRANTED, &[tenant.into(), role.into()])).is_some()
-    };
+    let look_up =
+        || sql::with_client(|c| c.query_one_i64(GRANTED, &[tenant.into(), role.into()])).is_some();
     let granted = if citus {
         look_up()
     } else {
@@ -193,7 +192,7 @@ fn change_grant(statement: &str, role: Option<pg_sys::Oid>, tenant: Option<&str>
     let role = role_arg(role);
     let tenant = check(args::name(tenant, "tenant"));
     let changed =
-        store::with_client(|c| c.query_one_i64(statement, &[role.into(), tenant.into()])).is_some();
+        sql::with_client(|c| c.query_one_i64(statement, &[role.into(), tenant.into()])).is_some();
     announce_change();
     changed
 }

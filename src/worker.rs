@@ -537,7 +537,7 @@ fn purge_pass(index: usize, database: &str) -> bool {
     let mut keep_running = true;
     loop {
         let done = BackgroundWorker::transaction(|| {
-            store::with_client(|client| {
+            crate::sql::with_client(|client| {
                 store::purge_batch(client, crate::time::clock(), batch, cursor)
             })
         });

@@ -85,7 +85,7 @@ fn churn(server: &Server, worker: usize, stop: &AtomicBool) -> (u64, Vec<String>
             let c = try_claim(&mut db, "scratch", &key, "h", Some("1 min"), None)?;
             calls += 1;
             match (c.outcome.as_str(), c.fence) {
-                ("claimed", Some(fence)) if i % 2 == 0 => {
+                ("claimed", Some(fence)) if i.is_multiple_of(2) => {
                     db.execute("SELECT idem_release('scratch', $1, $2)", &[&key, &fence])?;
                 }
                 _ => {

@@ -132,24 +132,52 @@ fn definer_functions_pin_their_search_path() {
         unpinned.is_empty(),
         "SECURITY DEFINER functions without a pinned search_path: {unpinned:?}"
     );
-    let definers: i64 = db
-        .query_one(
-            "SELECT count(*) FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e' \
-             JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_idem' WHERE p.prosecdef",
+    // The C functions run with the caller's rights and switch to the owner in C where SQL runs
+    // (src/owner.rs; the hostile-search-path tests below run every path): none is SECURITY
+    // DEFINER nor carries settings of its own. The SQL and PL/pgSQL ones that read idem.* are.
+    let by_kind: Vec<(String, String, bool, Option<Vec<String>>)> = db
+        .query(
+            "SELECT p.proname::text, l.lanname::text, p.prosecdef, p.proconfig FROM pg_proc p \
+             JOIN pg_language l ON l.oid = p.prolang \
+             JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e' \
+             JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_idem' ORDER BY 1",
             &[],
         )
         .unwrap()
-        .get(0);
-    assert!(
-        definers >= 15,
-        "expected the table-touching functions to be SECURITY DEFINER, found {definers}"
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    for (name, language, secdef, config) in &by_kind {
+        if language == "c" {
+            assert!(
+                !secdef && config.is_none(),
+                "{name} (C) should be SECURITY INVOKER without settings"
+            );
+        }
+    }
+    let definers: Vec<&str> = by_kind
+        .iter()
+        .filter(|(_, _, secdef, _)| *secdef)
+        .map(|(name, ..)| name.as_str())
+        .collect();
+    assert_eq!(
+        definers,
+        [
+            "idem_cluster_counters",
+            "idem_stalled",
+            "idem_stats",
+            "idem_tenant_grants",
+            "idem_tenant_stats"
+        ]
     );
 }
 
-#[test]
-fn hostile_search_path_changes_nothing_and_gains_nothing() {
-    let server = Server::start(&[]);
-    app_role(&server);
+/// The role `app` plants look-alikes of everything pg_idem's SQL uses in its own schema, first in
+/// its search_path, then calls every function: each one must work as for anybody (no look-alike
+/// ever runs: each raises if it does), leave the session's user and search_path as they were,
+/// even after an error raised while pg_idem acted as the extension's owner, and give the role
+/// no access it did not have.
+fn hostile_session_runs_everything(server: &Server) {
     let mut app = server.client_as("app");
     // look-alikes of everything pg_idem's SQL uses; each one fails loudly if it is ever called
     app.batch_execute(
@@ -165,27 +193,77 @@ fn hostile_search_path_changes_nothing_and_gains_nothing() {
         CREATE FUNCTION app.now() RETURNS timestamptz LANGUAGE sql AS 'SELECT CASE WHEN app.hijack() THEN now() END';
         CREATE FUNCTION app.clock_timestamp() RETURNS timestamptz LANGUAGE sql AS 'SELECT CASE WHEN app.hijack() THEN now() END';
         CREATE FUNCTION app.nextval(regclass) RETURNS bigint LANGUAGE sql AS 'SELECT CASE WHEN app.hijack() THEN 1 END';
+        CREATE FUNCTION app.setval(regclass, bigint) RETURNS bigint LANGUAGE sql AS 'SELECT CASE WHEN app.hijack() THEN 1 END';
+        CREATE FUNCTION app.pg_sequence_last_value(regclass) RETURNS bigint LANGUAGE sql AS 'SELECT CASE WHEN app.hijack() THEN 1 END';
         CREATE FUNCTION app.octet_length(bytea) RETURNS integer LANGUAGE sql AS 'SELECT CASE WHEN app.hijack() THEN 32 END';
         CREATE FUNCTION app.current_database() RETURNS name LANGUAGE sql AS 'SELECT CASE WHEN app.hijack() THEN ''x''::name END';
+        CREATE FUNCTION app.pg_has_role(oid, oid, text) RETURNS boolean LANGUAGE sql AS 'SELECT app.hijack()';
         CREATE TABLE app.keys (tenant text, key text);
+        CREATE TABLE app.watermarks (tenant text, stream text);
+        CREATE TABLE app.tenant_grants (role oid, tenant text);
         "#,
     )
     .expect("create look-alikes");
     // sanity: the look-alikes do win for the role's own SQL
     assert!(app.batch_execute("SELECT 'a'::text = 'a'::text").is_err());
+    let who = |app: &mut Client| -> (String, String) {
+        let row = app
+            .query_one(
+                "SELECT current_user::text, current_setting('search_path')",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    let before = who(&mut app);
 
     let c = claim(&mut app, "t", "k", "h");
     assert_eq!(c.outcome, "claimed");
     assert_eq!(claim(&mut app, "t", "k", "other").outcome, "mismatch");
     assert_eq!(claim(&mut app, "t", "k", "h").outcome, "in_progress");
+    app.execute(
+        "SELECT idem_heartbeat('t', 'k', $1, '1 min')",
+        &[&fence_of(&c)],
+    )
+    .unwrap();
+    app.execute(
+        "SELECT idem_checkpoint('t', 'k', $1, 'step', '{\"a\": 1}')",
+        &[&fence_of(&c)],
+    )
+    .unwrap();
+    app.execute("SELECT idem_assert_fence('t', 'k', $1)", &[&fence_of(&c)])
+        .unwrap();
     complete(&mut app, "t", "k", fence_of(&c), 201, r#"{"ok": true}"#);
     let replay = claim(&mut app, "t", "k", "h");
     assert_eq!(
         (replay.outcome.as_str(), replay.response_code),
         ("completed", Some(201))
     );
-    let err = try_complete(&mut app, "t", "k", fence_of(&c), 200, "{}").unwrap_err();
+    // an error raised in the middle of a call, caught by a savepoint: the session is back to
+    // its own user and search_path all the same
+    let mut tx = app.transaction().unwrap();
+    let mut savepoint = tx.savepoint("refused").unwrap();
+    let err = try_complete(&mut savepoint, "t", "k", fence_of(&c), 200, "{}").unwrap_err();
     assert_eq!(sqlstate(&err), "55000");
+    savepoint.rollback().unwrap();
+    let row = tx
+        .query_one(
+            "SELECT current_user::text, current_setting('search_path')",
+            &[],
+        )
+        .unwrap();
+    assert_eq!((row.get::<_, String>(0), row.get::<_, String>(1)), before);
+    tx.commit().unwrap();
+    let f = claim(&mut app, "t", "k2", "h");
+    app.execute(
+        "SELECT idem_fail_final('t', 'k2', $1, 402)",
+        &[&fence_of(&f)],
+    )
+    .unwrap();
+    let r = claim(&mut app, "t", "k3", "h");
+    app.execute("SELECT idem_release('t', 'k3', $1)", &[&fence_of(&r)])
+        .unwrap();
+    app.query_one("SELECT idem_forget('t', 'k2')", &[]).unwrap();
     let old = claim_with(&mut app, "t", "short", "h", "1 ms", Some("1 ms"));
     complete(&mut app, "t", "short", fence_of(&old), 200, "{}");
     std::thread::sleep(std::time::Duration::from_millis(20));
@@ -198,13 +276,29 @@ fn hostile_search_path_changes_nothing_and_gains_nothing() {
     .unwrap();
     app.query_one("SELECT * FROM idem_claim_seq('t', 's', 3)", &[])
         .unwrap();
+    app.query_one(
+        "SELECT idem_watermark('t', 's'), idem_reset_watermark('t', 's', 1)",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(who(&mut app), before, "the session's user and search_path");
     // nothing of the role's own leaked into idem.*, and it gained no access
-    assert_eq!(
-        sqlstate(&app.batch_execute("SELECT * FROM idem.keys").unwrap_err()),
-        "42501"
-    );
+    for table in ["idem.keys", "idem.watermarks", "idem.tenant_grants"] {
+        assert_eq!(
+            sqlstate(
+                &app.batch_execute(&format!("SELECT * FROM {table}"))
+                    .unwrap_err()
+            ),
+            "42501",
+            "{table}"
+        );
+    }
     let rows: i64 = app
-        .query_one("SELECT count(*) FROM app.keys", &[])
+        .query_one(
+            "SELECT (SELECT count(*) FROM app.keys) + (SELECT count(*) FROM app.watermarks) \
+                  + (SELECT count(*) FROM app.tenant_grants)",
+            &[],
+        )
         .unwrap()
         .get(0);
     assert_eq!(rows, 0);
@@ -216,6 +310,54 @@ fn hostile_search_path_changes_nothing_and_gains_nothing() {
         .map(|r| r.get(0))
         .collect();
     assert_eq!(owners, vec!["postgres".to_string()]);
+    let superuser: bool = admin
+        .query_one("SELECT rolsuper FROM pg_roles WHERE rolname = 'app'", &[])
+        .unwrap()
+        .get(0);
+    assert!(!superuser);
+}
+
+#[test]
+fn hostile_search_path_changes_nothing_and_gains_nothing() {
+    // the engine path: no SQL runs but the fence floor's (as the owner)
+    let server = Server::start(&[]);
+    app_role(&server);
+    hostile_session_runs_everything(&server);
+}
+
+#[test]
+fn hostile_search_path_on_the_spi_path_with_tenant_grants() {
+    // a trigger on idem.keys sends every call through SQL statements run as the extension's
+    // owner; tenant grants add their look-up (SQL too) to every call
+    let server = Server::start(&[]);
+    app_role(&server);
+    server
+        .client()
+        .batch_execute(
+            "CREATE FUNCTION public.keys_audit() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN RETURN NEW; END $$;
+             CREATE TRIGGER audit BEFORE INSERT ON idem.keys FOR EACH ROW EXECUTE FUNCTION public.keys_audit();
+             SELECT idem_grant_tenant('app', 't');
+             ALTER DATABASE postgres SET pg_idem.tenant_grants = on;",
+        )
+        .unwrap();
+    hostile_session_runs_everything(&server);
+    // and the check did run: another tenant is refused
+    let mut app = server.client_as("app");
+    let err = try_claim(&mut app, "other", "k", "h", None, None).unwrap_err();
+    assert_eq!(sqlstate(&err), "42501");
+}
+
+#[test]
+fn hostile_search_path_without_the_preload() {
+    // no shared memory: fences come from nextval on idem.fence_seq, as the owner
+    let server = Server::start_bare(&[]);
+    server
+        .client()
+        .batch_execute("CREATE EXTENSION pg_idem")
+        .unwrap();
+    app_role(&server);
+    hostile_session_runs_everything(&server);
 }
 
 #[test]

@@ -115,6 +115,13 @@ SELECT line FROM (
         || ' min ' || s.seqmin || ' cache ' || s.seqcache || ' cycle ' || s.seqcycle
       FROM rels r JOIN pg_sequence s ON s.seqrelid = r.oid
     UNION ALL
+    SELECT 'type ' || t.oid::regtype::text || ' kind ' || t.typtype::text
+        || ' comment ' || coalesce(obj_description(t.oid, 'pg_type'), '-')
+        || ' acl ' || coalesce(t.typacl::text, '-')
+        || ' columns ' || coalesce((SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum)
+                                      FROM pg_attribute a WHERE a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped), '-')
+      FROM members m JOIN pg_type t ON m.classid = 'pg_type'::regclass AND t.oid = m.objid
+    UNION ALL
     SELECT 'config ' || c::regclass::text || ' where ' || coalesce(w, '-')
       FROM ext, unnest(ext.extconfig, ext.extcondition) AS u(c, w)
 ) AS described

@@ -3,18 +3,23 @@
 //! fail, release, heartbeat, checkpoint, assert_fence, forget). Chosen once per backend (again
 //! after any change to idem.keys) when idem.keys is a plain heap table `heap::Table` can write
 //! exactly as the executor would, and Citus is not installed (Citus must plan every statement
-//! on a distributed idem.keys); otherwise the executor path in `store` runs.
+//! on a distributed idem.keys); otherwise `spi` runs.
 //!
-//! Concurrency, without a lock held until commit for each key:
-//! - A claim reads the key with the transaction's snapshot and decides from that row (replay,
-//!   in_progress, mismatch need no write). To write, it tries the key lock, which every engine
-//!   claim holds only while it checks and writes the key (microseconds, never across a wait),
-//!   then reads the key's latest version, committed or not (SnapshotDirty): another
-//!   transaction inserting it, or updating, deleting or locking it, means `in_progress` at once
-//!   (a purge of an expired row is waited for instead: it is short and the key is as good as
-//!   absent). The insert happens under the key lock, so two claims never both insert; an
-//!   update of an existing row never waits (a holder that locks it first wins, and the claim
-//!   answers `in_progress`).
+//! Concurrency, with no lock held for a key, not even for a moment:
+//! - At READ COMMITTED a claim reads the key's latest version, committed or not
+//!   (SnapshotDirty): one index descent tells what the key holds and whether another
+//!   transaction is writing it. A replay, in_progress or mismatch needs no write. Another
+//!   transaction inserting the key, or updating, deleting or locking it, means `in_progress` at
+//!   once when the claim would have to write (a purge of an expired row is waited for instead:
+//!   it is short and the key is as good as absent); only a version another transaction is
+//!   inserting sends the claim to the committed version, through its snapshot, for the answer.
+//!   At REPEATABLE READ and SERIALIZABLE the claim answers from its snapshot and reads the
+//!   latest version only before it writes (a change committed after the snapshot is 40001).
+//! - A new key is inserted with btree's partial unique check on the primary key: if another
+//!   transaction inserted the key since it was read (running or committed), the row is taken
+//!   back at once and the claim reads the key again, so two claims never both hold it and
+//!   neither waits. An existing row is updated without waiting (a holder that locks it first
+//!   wins, and the claim answers `in_progress`).
 //! - Every write leaves the row's xmin or xmax set to the transaction until it ends, which is
 //!   how later claims see an attempt in flight, and how a transaction recognizes its own
 //!   attempt: a claim never takes over an attempt its own transaction holds.
@@ -23,19 +28,20 @@
 //!   with 40001 (REPEATABLE READ, SERIALIZABLE), as the executor's UPDATE would.
 
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 
 use pgrx::memcxt::PgMemoryContexts;
 use pgrx::pg_sys;
 use pgrx::{FromDatum, IntoDatum};
 
 use super::{
-    impossible, not_null, plan, release_if_taken, try_lock_key, ClaimOutcome, ClaimRequest, Fenced,
-    KeyLock, KeyRow, Plan, Refused, State, CLAIM_ROUNDS,
+    fences, not_null, plan, prevent_if_read_only, snapshot_per_transaction, stored_hash, wait_for,
+    ClaimOutcome, ClaimRequest, Fenced, FencedChange, KeyRow, Plan, Refused, State, CLAIM_ROUNDS,
 };
 use crate::datum::Jsonb;
 use crate::errors;
-use crate::heap::{Found, Holder, PrimaryKey, Snap, Table, Write};
-use crate::time::{plus, Micros};
+use crate::heap::{Found, Holder, Inserted, Layout, PrimaryKey, Snap, Table, Write, Written};
+use crate::time::Micros;
 
 /// Attribute numbers of idem.keys' columns.
 #[derive(Clone, Copy)]
@@ -80,27 +86,23 @@ impl Columns {
     }
 }
 
-/// What this backend knows about idem.keys, until the next invalidation of it. Its indexes are
-/// not part of it: they are found on the open table at every call (`Keys::open`), because a
-/// REINDEX CONCURRENTLY gives the primary key a new OID and drops the old index, and the
-/// invalidation that says so arrives while the table is being opened.
-#[derive(Clone, Copy)]
+/// What this backend knows about idem.keys, until the next invalidation of it or of one of its
+/// indexes: its layout (which indexes, their IndexInfo) and which of them is the primary key
+/// are found again then, because a REINDEX CONCURRENTLY gives the primary key a new OID and
+/// drops the old index, and the invalidation that says so arrives while the table is opened.
 struct Catalog {
-    relid: pg_sys::Oid,
     fence_seq: pg_sys::Oid,
     columns: Columns,
+    layout: Rc<Layout>,
+    primary_key: PrimaryKey,
 }
 
-/// The decision of this backend: None until made, then the engine's catalog data, or None
-/// inside for the executor path.
+/// The decision of this backend, until the next invalidation of idem.keys.
 enum Choice {
     Undecided,
-    /// `citus`: because Citus is installed (it plans every statement on idem.keys, which may be
-    /// distributed, and fences must then order across nodes: see `store::claim`)
-    Executor {
-        citus: bool,
-    },
-    Engine(Catalog),
+    /// The SPI path (`store::spi`).
+    Executor,
+    Engine(Rc<Catalog>),
 }
 
 thread_local! {
@@ -128,25 +130,7 @@ fn oid_by_name(namespace: pg_sys::Oid, name: &std::ffi::CStr) -> pg_sys::Oid {
 /// idem.keys opened for the engine, with what the engine knows about it.
 pub struct Keys {
     table: Table,
-    catalog: Catalog,
-    primary_key: PrimaryKey,
-}
-
-impl Keys {
-    /// Opens idem.keys; Err when the engine cannot work on it as it is now (see `Table::open`),
-    /// or when it has no valid primary key on (tenant, key) at this moment.
-    fn open(catalog: Catalog) -> Result<Keys, &'static str> {
-        let table = Table::open(catalog.relid)?;
-        let c = catalog.columns;
-        let primary_key = table
-            .primary_key(&[c.tenant, c.key])
-            .ok_or("it has no valid primary key on (tenant, key)")?;
-        Ok(Keys {
-            table,
-            catalog,
-            primary_key,
-        })
-    }
+    catalog: Rc<Catalog>,
 }
 
 /// Opens idem.keys for the engine path, or None when the executor path must run.
@@ -168,35 +152,32 @@ pub fn open() -> Option<Keys> {
     }
     let cached = CHOICE.with(|c| match &*c.borrow() {
         Choice::Undecided => None,
-        Choice::Executor { .. } => Some(None),
-        Choice::Engine(catalog) => Some(Some(*catalog)),
+        Choice::Executor => Some(None),
+        Choice::Engine(catalog) => Some(Some(catalog.clone())),
     });
     match cached {
         Some(None) => None,
         // what changed since the decision was made (the invalidation arrives while the table
         // is opened) is decided again
-        Some(Some(catalog)) => Keys::open(catalog).ok().or_else(decide),
+        Some(Some(catalog)) => match Table::open(&catalog.layout) {
+            Ok(table) => Some(Keys { table, catalog }),
+            Err(_) => decide(),
+        },
         None => decide(),
     }
 }
 
-/// Whether this backend's key store found Citus installed (valid once `open` ran in this call).
-pub fn citus() -> bool {
-    CHOICE.with(|c| matches!(*c.borrow(), Choice::Executor { citus: true }))
-}
-
 fn decide() -> Option<Keys> {
-    let citus = crate::cluster::citus_installed();
-    let found = if citus {
+    let found = if crate::cluster::citus_installed() {
         Err("Citus is installed, and must plan every statement on idem.keys")
     } else {
         look_up()
     };
     let (choice, keys) = match found {
-        Ok(keys) => (Choice::Engine(keys.catalog), Some(keys)),
+        Ok(keys) => (Choice::Engine(keys.catalog.clone()), Some(keys)),
         Err(why) => {
             pgrx::debug1!("pg_idem: idem.keys is written through the executor: {why}");
-            (Choice::Executor { citus }, None)
+            (Choice::Executor, None)
         }
     };
     CHOICE.with(|c| *c.borrow_mut() = choice);
@@ -212,11 +193,19 @@ fn look_up() -> Result<Keys, &'static str> {
         return Err("idem.keys or idem.fence_seq is missing");
     }
     KEYS_RELID.with(|r| r.set(relid));
-    let columns = Columns::resolve(&Table::open(relid)?)?;
-    Keys::open(Catalog {
-        relid,
-        fence_seq,
-        columns,
+    let (layout, table) = Layout::load(relid)?;
+    let columns = Columns::resolve(&table)?;
+    let primary_key = layout
+        .primary_key(&table, &[columns.tenant, columns.key])
+        .ok_or("it has no valid primary key on (tenant, key)")?;
+    Ok(Keys {
+        table,
+        catalog: Rc::new(Catalog {
+            fence_seq,
+            columns,
+            layout,
+            primary_key,
+        }),
     })
 }
 
@@ -238,13 +227,8 @@ fn interval(micros: i64) -> pg_sys::Datum {
 
 impl Keys {
     fn find(&self, tenant: &str, key: &str, snap: Snap) -> Option<Found> {
-        let c = &self.catalog.columns;
         self.table
-            .find(self.primary_key, &[(c.tenant, tenant), (c.key, key)], snap)
-    }
-
-    fn next_fence(&self) -> i64 {
-        super::nextval(self.catalog.fence_seq)
+            .find(self.catalog.primary_key, &[tenant, key], snap)
     }
 
     fn i64_of(&self, found: &Found, attno: usize) -> Option<i64> {
@@ -254,18 +238,15 @@ impl Keys {
     /// The key row a look-up found, its jsonb copied into `outer`.
     fn key_row<'m>(&self, found: &Found, outer: pg_sys::MemoryContext) -> KeyRow<'m> {
         let c = &self.catalog.columns;
-        let state = not_null(found.datum(c.state), "state").value() as i8;
         KeyRow {
-            state: State::from_code(state)
-                .unwrap_or_else(|| impossible(format!("state {:?}", state as u8 as char))),
-            request_hash: not_null(
+            state: State::from_code(not_null(found.datum(c.state), "state").value() as i8),
+            request_hash: stored_hash(not_null(
                 found
                     .datum(c.request_hash)
                     // SAFETY: request_hash is a bytea column; the value lives with `found`.
-                    .and_then(|d| unsafe { <&[u8] as FromDatum>::from_datum(d, false) })
-                    .map(<[u8]>::to_vec),
+                    .and_then(|d| unsafe { <&[u8] as FromDatum>::from_datum(d, false) }),
                 "request_hash",
-            ),
+            )),
             attempt: not_null(found.datum(c.attempt), "attempt").value() as i32,
             response_code: found.datum(c.response_code).map(|d| d.value() as i32),
             response_body: jsonb(found, c.response_body, outer),
@@ -316,39 +297,17 @@ fn set(
     nulls[attno - 1] = value.is_none();
 }
 
-fn snapshot_per_transaction() -> bool {
-    // SAFETY: reads the current transaction's isolation level, set for the whole transaction.
-    unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 }
-}
-
-/// The executor refuses writes in a read-only transaction with 25006; so does the engine, with
-/// the same message.
-fn prevent_if_read_only(command: &std::ffi::CStr) {
-    // SAFETY: raises 25006 when the transaction is read-only, otherwise returns.
-    unsafe { pg_sys::PreventCommandIfReadOnly(command.as_ptr()) }
-}
-
-/// Waits for the transaction `xid` to end (as a row lock wait, interruptible and
-/// deadlock-checked).
-fn wait_for(xid: pg_sys::TransactionId) {
-    // SAFETY: waits on the transaction's lock; no relation context is reported.
-    unsafe {
-        pg_sys::XactLockTableWait(
-            xid,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            pg_sys::XLTW_Oper::XLTW_None,
-        )
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Claims
 // ---------------------------------------------------------------------------------------------
 
-/// A row that only a purge can be acting on: expired, with no live lease.
-fn purgeable(row: &KeyRow<'_>, now: Micros) -> bool {
-    row.is_expired(now) && !row.lease_is_live(now)
+/// Who else is writing the key, as far as the claim knows.
+#[derive(Clone, Copy)]
+enum Writer {
+    /// Not looked at yet (REPEATABLE READ, SERIALIZABLE: looked at before writing).
+    Unknown,
+    Nobody,
+    Other(pg_sys::TransactionId),
 }
 
 pub fn claim<'m>(
@@ -358,51 +317,65 @@ pub fn claim<'m>(
     outer: pg_sys::MemoryContext,
 ) -> ClaimOutcome<'m> {
     let (tenant, key) = (request.tenant, request.key);
+    let per_transaction = snapshot_per_transaction();
     for _ in 0..CLAIM_ROUNDS {
         pgrx::check_for_interrupts!();
-        let seen = keys.find(tenant, key, Snap::Transaction);
-        let row = seen.as_ref().map(|f| keys.key_row(f, outer));
-        let was_purgeable = row.as_ref().is_some_and(|r| purgeable(r, now));
-        let mine = seen.as_ref().is_some_and(|f| f.holder == Holder::Me);
-        let next = match row {
-            // This transaction's own attempt (it claimed the key, or proved its fence with a
-            // fenced call): however long it has run past its lease or ttl, a takeover would
-            // make its own fence stale under its feet.
-            Some(row)
-                if mine
-                    && row.state == State::InProgress
-                    && row.request_hash.as_slice() == request.request_hash.as_slice() =>
-            {
-                return ClaimOutcome::InProgress(Some(row));
-            }
-            row => match plan(row, request, now) {
-                Plan::Fresh if super::is_stale_uuidv7(request, now) => {
-                    Plan::Answer(ClaimOutcome::StaleKey)
+        let (seen, writer) = if per_transaction {
+            (keys.find(tenant, key, Snap::Transaction), Writer::Unknown)
+        } else {
+            match keys.find(tenant, key, Snap::Latest) {
+                // another transaction's version, not committed: answer from the committed one
+                Some(Found {
+                    holder: Holder::Inserting(xid),
+                    ..
+                }) => (
+                    keys.find(tenant, key, Snap::Transaction),
+                    Writer::Other(xid),
+                ),
+                Some(found) => {
+                    let writer = match found.holder {
+                        Holder::Changing(xid) => Writer::Other(xid),
+                        _ => Writer::Nobody,
+                    };
+                    (Some(found), writer)
                 }
-                next => next,
-            },
+                None => (None, Writer::Nobody),
+            }
         };
-        let attempt = match next {
+        let row = seen.as_ref().map(|f| keys.key_row(f, outer));
+        let purgeable = row.as_ref().is_some_and(|r| r.is_purgeable(now));
+        let mine = seen.as_ref().is_some_and(|f| f.holder == Holder::Me);
+        let attempt = match plan(row, mine, request, now) {
             Plan::Answer(outcome) => return outcome,
             Plan::Fresh => 1,
             Plan::TakeOver { attempt } => attempt,
         };
         prevent_if_read_only(if seen.is_some() { c"UPDATE" } else { c"INSERT" });
-        let lock = try_lock_key(tenant, key);
-        if lock == KeyLock::Busy {
-            // another engine claim is writing this key right now
-            return ClaimOutcome::InProgress(None);
-        }
-        let written = write_claim(keys, request, now, seen.as_ref(), attempt, outer);
-        release_if_taken(lock, tenant, key);
+        let writer = match writer {
+            Writer::Unknown => match keys.find(tenant, key, Snap::Latest) {
+                Some(Found {
+                    holder: Holder::Inserting(xid) | Holder::Changing(xid),
+                    ..
+                }) => Writer::Other(xid),
+                latest if !Found::same_version(latest.as_ref(), seen.as_ref()) => {
+                    errors::serialization_failure("idem_claim", tenant, key).raise()
+                }
+                _ => Writer::Nobody,
+            },
+            known => known,
+        };
+        let written = match writer {
+            Writer::Other(xid) => Claimed::HeldBy(xid),
+            _ => write_claim(keys, request, now, seen.as_ref(), attempt, outer),
+        };
         match written {
             Claimed::Yes(outcome) => return outcome,
-            Claimed::HeldBy(xid) if was_purgeable => wait_for(xid),
+            Claimed::HeldBy(xid) if purgeable => wait_for(xid),
             Claimed::HeldBy(_) => return ClaimOutcome::InProgress(None),
-            Claimed::Changed if snapshot_per_transaction() => {
+            Claimed::Changed if per_transaction => {
                 errors::serialization_failure("idem_claim", tenant, key).raise()
             }
-            Claimed::Changed => {}
+            Claimed::Changed | Claimed::Taken => {}
         }
     }
     ClaimOutcome::InProgress(None)
@@ -414,10 +387,11 @@ enum Claimed<'m> {
     HeldBy(pg_sys::TransactionId),
     /// A transaction committed a change to the key after `seen` was read.
     Changed,
+    /// Another transaction inserted the key since it was read: this one's row was taken back.
+    Taken,
 }
 
-/// With the key lock held: checks that nobody else is acting on the key and that `seen` is
-/// still its latest version, then inserts or takes over the key.
+/// Inserts the key, or takes over `seen` (its latest version), for the attempt `attempt`.
 fn write_claim<'m>(
     keys: &Keys,
     request: &ClaimRequest<'_>,
@@ -427,24 +401,17 @@ fn write_claim<'m>(
     outer: pg_sys::MemoryContext,
 ) -> Claimed<'m> {
     let c = keys.catalog.columns;
-    let latest = keys.find(request.tenant, request.key, Snap::Latest);
-    if let Some(Holder::Inserting(xid) | Holder::Changing(xid)) = latest.as_ref().map(|f| f.holder)
-    {
-        return Claimed::HeldBy(xid);
-    }
-    if !Found::same_version(latest.as_ref(), seen) {
-        return Claimed::Changed;
-    }
-    let lease_expires_at = now.saturating_add(request.lease_us);
-    let purge_after = now.saturating_add(request.ttl_us);
-    let expires_at = purge_after.max(lease_expires_at);
-    let ttl = interval(request.ttl_us);
+    let (lease_expires_at, expires_at, purge_after) = request.times(now);
     let request_hash = request
         .request_hash
         .as_slice()
         .into_datum()
         .unwrap_or_else(|| errors::internal("storing a request hash", "NULL").raise());
-    let fence = keys.next_fence();
+    // a fence above every fence handed out before, and above the one it replaces
+    let fence = fences::next(
+        keys.catalog.fence_seq,
+        seen.map_or(0, |f| keys.fence_of(f).saturating_add(1)),
+    );
     let natts = keys.table.natts();
     let (mut values, mut nulls) = match seen {
         Some(found) => keys.values_of(found),
@@ -463,25 +430,33 @@ fn write_claim<'m>(
         Some(timestamptz(lease_expires_at)),
     );
     set(v, n, c.expires_at, Some(timestamptz(expires_at)));
-    set(v, n, c.ttl, Some(ttl));
+    set(v, n, c.ttl, Some(interval(request.ttl_us)));
     set(v, n, c.response_code, None);
     set(v, n, c.response_body, None);
+    let claimed = |attempt, checkpoint_phase, checkpoint_data| {
+        Claimed::Yes(ClaimOutcome::Claimed {
+            fence,
+            attempt,
+            lease_expires_at,
+            expires_at,
+            takeover: attempt > 1,
+            checkpoint_phase,
+            checkpoint_data,
+        })
+    };
     let Some(found) = seen else {
         set(v, n, c.tenant, request.tenant.into_datum());
         set(v, n, c.key, request.key.into_datum());
         set(v, n, c.purge_after, Some(timestamptz(purge_after)));
         set(v, n, c.checkpoint_phase, None);
         set(v, n, c.checkpoint_data, None);
-        keys.table.insert(v, n);
-        return Claimed::Yes(ClaimOutcome::Claimed {
-            fence,
-            attempt: 1,
-            lease_expires_at,
-            expires_at,
-            takeover: false,
-            checkpoint_phase: None,
-            checkpoint_data: None,
-        });
+        return match keys.table.insert(keys.catalog.primary_key, v, n) {
+            Inserted::Yes => {
+                keys.remember_written(request.tenant, request.key);
+                claimed(1, None, None)
+            }
+            Inserted::Taken => Claimed::Taken,
+        };
     };
     // purge_after only ever moves down here, and to the value it already has in the common
     // case, which keeps the update HOT
@@ -497,53 +472,86 @@ fn write_claim<'m>(
         set(v, n, c.checkpoint_phase, None);
         set(v, n, c.checkpoint_data, None);
     }
-    match keys.table.update(found, v, n, false) {
-        Write::Done => Claimed::Yes(ClaimOutcome::Claimed {
-            fence,
+    let written = keys.table.update(found, v, n, false);
+    if written == Write::Done {
+        keys.remember_written(request.tenant, request.key);
+    }
+    match written {
+        Write::Done if takeover => claimed(
             attempt,
-            lease_expires_at,
-            expires_at,
-            takeover,
-            checkpoint_phase: if takeover {
-                keys.checkpoint_phase(found)
-            } else {
-                None
-            },
-            checkpoint_data: if takeover {
-                jsonb(found, c.checkpoint_data, outer)
-            } else {
-                None
-            },
-        }),
+            keys.checkpoint_phase(found),
+            jsonb(found, c.checkpoint_data, outer),
+        ),
+        Write::Done => claimed(attempt, None, None),
         Write::Busy(xid) => Claimed::HeldBy(xid),
         Write::Changed => Claimed::Changed,
     }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Operations under a fence
+// The key this backend last wrote
 // ---------------------------------------------------------------------------------------------
 
-/// The change a fenced operation makes to the row holding the fence.
-pub enum FencedChange<'a> {
-    Finish {
-        state: State,
-        response_code: Option<i32>,
-        response_body: Option<Jsonb<'a>>,
-        now: Micros,
-    },
-    Heartbeat {
-        lease_expires_at: Micros,
-        now: Micros,
-    },
-    Checkpoint {
-        phase: &'a str,
-        data: Option<Jsonb<'a>>,
-        now: Micros,
-    },
-    Release,
-    AssertFence,
+/// Where this backend last wrote a key. A transaction that claims a key and completes it in the
+/// same transaction (the usual case) finds its row here instead of descending the index again;
+/// `Table::fetch_own` checks that the row there is still this transaction's latest version, so
+/// a stale entry (another transaction, a rolled back subtransaction, a later write) only sends
+/// the call back to the index.
+struct OwnRow {
+    tenant: String,
+    key: String,
+    written: Written,
 }
+
+thread_local! {
+    static OWN_ROW: RefCell<Option<OwnRow>> = const { RefCell::new(None) };
+}
+
+impl Keys {
+    /// Remembers where the table's last write of `tenant`/`key` went.
+    fn remember_written(&self, tenant: &str, key: &str) {
+        if let Some(written) = self.table.written() {
+            OWN_ROW.with(|own| {
+                let mut own = own.borrow_mut();
+                match own.as_mut() {
+                    Some(row) if row.tenant == tenant && row.key == key => row.written = written,
+                    _ => {
+                        *own = Some(OwnRow {
+                            tenant: tenant.to_owned(),
+                            key: key.to_owned(),
+                            written,
+                        })
+                    }
+                }
+            });
+        }
+    }
+
+    /// This transaction's own latest version of the key, where it last wrote it; None when
+    /// that is not known (the index knows).
+    fn own_row(&self, tenant: &str, key: &str) -> Option<Found> {
+        let written = OWN_ROW.with(|own| {
+            own.borrow()
+                .as_ref()
+                .filter(|row| row.tenant == tenant && row.key == key)
+                .map(|row| row.written)
+        })?;
+        let found = self.table.fetch_own(&written)?;
+        let c = &self.catalog.columns;
+        // SAFETY: tenant and key are text columns; the values live with `found`.
+        let same_key = |attno: usize, value: &str| unsafe {
+            found
+                .datum(attno)
+                .and_then(|d| <&str as FromDatum>::from_datum(d, false))
+                == Some(value)
+        };
+        (same_key(c.tenant, tenant) && same_key(c.key, key)).then_some(found)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operations under a fence
+// ---------------------------------------------------------------------------------------------
 
 /// Finds the row holding the fence and applies `change`; returns the row's new expires_at and
 /// lease_expires_at.
@@ -552,43 +560,45 @@ pub fn fenced(
     target: &Fenced<'_>,
     change: &FencedChange<'_>,
     outer: pg_sys::MemoryContext,
-) -> Result<(Option<Micros>, Option<Micros>), Refused> {
+) -> Result<(Micros, Option<Micros>), Refused> {
     let c = keys.catalog.columns;
     // as the executor's UPDATE, DELETE or SELECT FOR NO KEY UPDATE would, whatever the key holds
-    prevent_if_read_only(match change {
-        FencedChange::Release => c"DELETE",
-        FencedChange::AssertFence => c"SELECT FOR NO KEY UPDATE",
-        _ => c"UPDATE",
-    });
+    prevent_if_read_only(change.command());
+    let mut own = keys.own_row(target.tenant, target.key);
     loop {
         pgrx::check_for_interrupts!();
-        let found = keys.find(target.tenant, target.key, Snap::Transaction);
-        let row = found.as_ref().map(|f| keys.key_row(f, outer));
-        let Some(found) = found.filter(|f| {
+        let found = own
+            .take()
+            .or_else(|| keys.find(target.tenant, target.key, Snap::Transaction));
+        let holds_fence = found.as_ref().is_some_and(|f| {
             keys.fence_of(f) == target.fence
-                && row.as_ref().is_some_and(|r| r.state == State::InProgress)
-        }) else {
+                && not_null(f.datum(c.state), "state").value() as i8 == State::InProgress.code()
+        });
+        let Some(found) = found.filter(|_| holds_fence) else {
             // Another transaction may be writing the key right now (a claim that handed out
             // this very fence, a takeover, a forget): its outcome decides, so wait for it and
-            // look again, as the executor path does behind the key lock.
+            // look again, as UPDATE waits for a row.
             if wait_for_writer(keys, target.tenant, target.key) {
                 continue;
             }
+            let row = found_row(keys, target, outer);
             return Err(target.refusal_for(row.as_ref()));
         };
+        let ttl = not_null(found.datum(c.ttl), "ttl");
+        let (expires_at, lease_expires_at) = change.times(
+            not_null(keys.i64_of(&found, c.expires_at), "expires_at"),
+            keys.i64_of(&found, c.lease_expires_at),
+            ttl,
+        );
         let (mut values, mut nulls) = keys.values_of(&found);
         let (v, n) = (&mut values[..], &mut nulls[..]);
-        let ttl = not_null(found.datum(c.ttl), "ttl");
-        let expires_at = not_null(keys.i64_of(&found, c.expires_at), "expires_at");
-        let mut result = (Some(expires_at), keys.i64_of(&found, c.lease_expires_at));
         let write = match *change {
             FencedChange::Finish {
                 state,
                 response_code,
                 response_body,
-                now,
+                ..
             } => {
-                let new_expiry = plus(now, ttl);
                 set(v, n, c.state, Some(state.code().into()));
                 set(v, n, c.response_code, response_code.map(Into::into));
                 set(
@@ -598,31 +608,17 @@ pub fn fenced(
                     response_body.and_then(IntoDatum::into_datum),
                 );
                 set(v, n, c.lease_expires_at, None);
-                set(v, n, c.expires_at, Some(timestamptz(new_expiry)));
+                set(v, n, c.expires_at, Some(timestamptz(expires_at)));
                 set(v, n, c.checkpoint_phase, None);
                 set(v, n, c.checkpoint_data, None);
-                result = (Some(new_expiry), None);
                 keys.table.update(&found, v, n, true)
             }
-            // a sign of life: the key is kept for its ttl from now on, and never less than its
-            // lease
-            FencedChange::Heartbeat {
-                lease_expires_at,
-                now,
-            } => {
-                let new_expiry = expires_at.max(lease_expires_at).max(plus(now, ttl));
-                set(
-                    v,
-                    n,
-                    c.lease_expires_at,
-                    Some(timestamptz(lease_expires_at)),
-                );
-                set(v, n, c.expires_at, Some(timestamptz(new_expiry)));
-                result = (Some(new_expiry), Some(lease_expires_at));
+            FencedChange::Heartbeat { .. } => {
+                set(v, n, c.lease_expires_at, lease_expires_at.map(timestamptz));
+                set(v, n, c.expires_at, Some(timestamptz(expires_at)));
                 keys.table.update(&found, v, n, true)
             }
-            FencedChange::Checkpoint { phase, data, now } => {
-                let new_expiry = expires_at.max(plus(now, ttl));
+            FencedChange::Checkpoint { phase, data, .. } => {
                 set(v, n, c.checkpoint_phase, phase.into_datum());
                 set(
                     v,
@@ -630,15 +626,17 @@ pub fn fenced(
                     c.checkpoint_data,
                     data.and_then(IntoDatum::into_datum),
                 );
-                set(v, n, c.expires_at, Some(timestamptz(new_expiry)));
-                result.0 = Some(new_expiry);
+                set(v, n, c.expires_at, Some(timestamptz(expires_at)));
                 keys.table.update(&found, v, n, true)
             }
             FencedChange::Release => keys.table.delete(&found, true),
             FencedChange::AssertFence => keys.table.lock(&found),
         };
         match write {
-            Write::Done => return Ok(result),
+            Write::Done => {
+                keys.remember_written(target.tenant, target.key);
+                return Ok((expires_at, lease_expires_at));
+            }
             Write::Changed if snapshot_per_transaction() => {
                 errors::serialization_failure(target.function, target.tenant, target.key).raise()
             }
@@ -647,6 +645,16 @@ pub fn fenced(
             Write::Busy(_) => errors::internal("a fenced write", "did not wait").raise(),
         }
     }
+}
+
+/// The key's row as the transaction sees it, for saying why a fence was refused.
+fn found_row<'m>(
+    keys: &Keys,
+    target: &Fenced<'_>,
+    outer: pg_sys::MemoryContext,
+) -> Option<KeyRow<'m>> {
+    keys.find(target.tenant, target.key, Snap::Transaction)
+        .map(|f| keys.key_row(&f, outer))
 }
 
 /// Waits for another transaction that inserts or changes the key, if there is one right now;
