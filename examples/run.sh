@@ -86,7 +86,7 @@ run_driver() {
         echo "$name driver exited with status $rc" >&2
         failed=$((failed + 1))
     fi
-    if [ "$rc" != 0 ]; then
+    if [ "$rc" != 0 ] && [ -f "$logs/$name-server.log" ]; then
         echo "-- last lines of the $name server's log:" >&2
         tail -n 30 "$logs/$name-server.log" >&2
     fi
@@ -99,6 +99,12 @@ run_driver python "$venv/bin/python" "$here/python/drive.py" "$url"
 echo "== node"
 start_server node node "$here/node/server.js" 0
 run_driver node node "$here/node/drive.js" "$url"
+
+echo "== python consumer"
+run_driver python-consumer "$venv/bin/python" "$here/python/consumer.py"
+
+echo "== node consumer"
+run_driver node-consumer node "$here/node/consumer.js"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -87,7 +87,9 @@ CREATE FUNCTION idem_cluster_counters(
     OUT stale_fences bigint,
     OUT stale_keys bigint,
     OUT keys_purged bigint,
-    OUT since timestamptz
+    OUT since timestamptz,
+    OUT consumed bigint,
+    OUT consume_duplicates bigint
 ) RETURNS SETOF record
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -117,7 +119,9 @@ BEGIN
            (c.j OPERATOR(pg_catalog.->>) 'stale_fences')::pg_catalog.int8,
            (c.j OPERATOR(pg_catalog.->>) 'stale_keys')::pg_catalog.int8,
            (c.j OPERATOR(pg_catalog.->>) 'keys_purged')::pg_catalog.int8,
-           (c.j OPERATOR(pg_catalog.->>) 'since')::pg_catalog.timestamptz
+           (c.j OPERATOR(pg_catalog.->>) 'since')::pg_catalog.timestamptz,
+           (c.j OPERATOR(pg_catalog.->>) 'consumed')::pg_catalog.int8,
+           (c.j OPERATOR(pg_catalog.->>) 'consume_duplicates')::pg_catalog.int8
       FROM pg_catalog.run_command_on_all_nodes(pg_catalog.format(
                'SELECT pg_catalog.row_to_json(c) FROM %I.idem_counters() AS c',
                (SELECT s.nspname FROM pg_catalog.pg_extension AS e

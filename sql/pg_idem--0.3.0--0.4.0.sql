@@ -59,3 +59,290 @@ AS 'MODULE_PATHNAME', 'idem_claim_wrapper';
 
 COMMENT ON FUNCTION idem_claim(text, text, text, interval, interval) IS
 'Claim an idempotency key inside the business transaction: outcome claimed, completed, failed, in_progress, mismatch or stale_key';
+
+-- 3. Message consumers: idem_consume, idem_consume_many, idem_complete_many (as in
+-- sql/consumers.sql).
+CREATE FUNCTION idem_consume(
+    tenant text,
+    key text,
+    ttl interval DEFAULT NULL
+) RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'idem_consume_wrapper';
+
+COMMENT ON FUNCTION idem_consume(text, text, interval) IS
+'Record a message as processed in this transaction: true when it is new (process it now), false when it was processed already; a duplicate in flight waits for its transaction';
+
+CREATE FUNCTION idem_consume_many(
+    tenant text,
+    keys text[],
+    ttl interval DEFAULT NULL
+) RETURNS SETOF text
+LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 100
+AS 'MODULE_PATHNAME', 'idem_consume_many_wrapper';
+
+COMMENT ON FUNCTION idem_consume_many(text, text[], interval) IS
+'idem_consume for a batch in one round trip: the keys that are new, each once, in input order';
+
+CREATE FUNCTION idem_complete_many(
+    tenant text,
+    keys text[],
+    fences bigint[],
+    response_codes integer[],
+    response_bodies jsonb[] DEFAULT NULL
+) RETURNS TABLE (
+    key text,
+    expires_at timestamptz
+)
+LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 100
+AS 'MODULE_PATHNAME', 'idem_complete_many_wrapper';
+
+COMMENT ON FUNCTION idem_complete_many(text, text[], bigint[], integer[], jsonb[]) IS
+'idem_complete for a batch (the i-th fence, code and body for the i-th key) in one round trip; all or nothing: the first refused element raises its error (55000, P0002) and nothing of the batch is stored';
+
+-- 4. Counters of consumed messages (consumed, consume_duplicates) in idem_counters(),
+-- idem_tenant_counters() and idem_cluster_counters(); idem_stats() and idem_tenant_stats() sum
+-- the counters of every node on a Citus coordinator (idem.counter_totals(),
+-- idem.tenant_counter_totals()) and idem_stats() says how many nodes answered and which did not.
+-- New OUT columns change a function's result type: the functions are dropped (the SQL-standard
+-- statistics first: they are bound to the counters) and created again.
+DROP FUNCTION idem_tenant_stats();
+DROP FUNCTION idem_stats();
+DROP FUNCTION idem_cluster_counters();
+DROP FUNCTION idem_tenant_counters();
+DROP FUNCTION idem_counters();
+
+CREATE FUNCTION idem_counters(
+    OUT claims bigint,
+    OUT replays_completed bigint,
+    OUT replays_failed bigint,
+    OUT in_progress bigint,
+    OUT mismatches bigint,
+    OUT takeovers bigint,
+    OUT stale_fences bigint,
+    OUT stale_keys bigint,
+    OUT keys_purged bigint,
+    OUT since timestamptz,
+    OUT consumed bigint,
+    OUT consume_duplicates bigint
+) RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL SAFE ROWS 1
+AS 'MODULE_PATHNAME', 'idem_counters_wrapper';
+
+COMMENT ON FUNCTION idem_counters() IS
+'Cumulative counters of this server since it started or since idem_stats_reset(); NULL without shared_preload_libraries';
+
+CREATE FUNCTION idem_tenant_counters(
+    OUT tenant text,
+    OUT claims bigint,
+    OUT replays_completed bigint,
+    OUT replays_failed bigint,
+    OUT in_progress bigint,
+    OUT mismatches bigint,
+    OUT takeovers bigint,
+    OUT stale_fences bigint,
+    OUT stale_keys bigint,
+    OUT consumed bigint,
+    OUT consume_duplicates bigint
+) RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'idem_tenant_counters_wrapper';
+
+COMMENT ON FUNCTION idem_tenant_counters() IS
+'The cumulative counters per tenant (the first 1024 tenants seen; later ones are summed in a row with a NULL tenant)';
+
+-- The counters idem_stats() and idem_tenant_stats() show: this server's, or on a Citus
+-- coordinator of a distributed idem.keys the sum over every node that answered (src/stats.rs).
+-- In schema idem: the statistics functions call them with the owner's rights; nobody else can.
+CREATE FUNCTION idem.counter_totals(
+    OUT claims bigint,
+    OUT replays_completed bigint,
+    OUT replays_failed bigint,
+    OUT in_progress bigint,
+    OUT mismatches bigint,
+    OUT takeovers bigint,
+    OUT stale_fences bigint,
+    OUT stale_keys bigint,
+    OUT consumed bigint,
+    OUT consume_duplicates bigint,
+    OUT keys_purged bigint,
+    OUT since timestamptz,
+    OUT nodes integer,
+    OUT missing_nodes text[]
+) RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 1
+AS 'MODULE_PATHNAME', 'idem_counter_totals_wrapper';
+
+CREATE FUNCTION idem.tenant_counter_totals(
+    OUT tenant text,
+    OUT claims bigint,
+    OUT replays_completed bigint,
+    OUT replays_failed bigint,
+    OUT in_progress bigint,
+    OUT mismatches bigint,
+    OUT takeovers bigint,
+    OUT stale_fences bigint,
+    OUT stale_keys bigint,
+    OUT consumed bigint,
+    OUT consume_duplicates bigint
+) RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'idem_tenant_counter_totals_wrapper';
+
+REVOKE ALL ON FUNCTION idem.counter_totals(), idem.tenant_counter_totals() FROM PUBLIC;
+
+CREATE FUNCTION idem_stats(
+    OUT keys_in_progress bigint,
+    OUT keys_completed bigint,
+    OUT keys_failed bigint,
+    OUT keys_stalled bigint,
+    OUT keys_expired bigint,
+    OUT oldest_in_progress_at timestamptz,
+    OUT claims bigint,
+    OUT replays_completed bigint,
+    OUT replays_failed bigint,
+    OUT in_progress bigint,
+    OUT mismatches bigint,
+    OUT takeovers bigint,
+    OUT stale_fences bigint,
+    OUT stale_keys bigint,
+    OUT keys_purged bigint,
+    OUT counters_since timestamptz,
+    OUT purge_last_pass_at timestamptz,
+    OUT purge_last_pass_keys bigint,
+    OUT purge_total_keys bigint,
+    OUT consumed bigint,
+    OUT consume_duplicates bigint,
+    OUT counters_nodes integer,
+    OUT counters_missing_nodes text[]
+) RETURNS record
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH keys AS (
+        SELECT COALESCE(sum(t.in_progress), 0)::bigint AS in_progress,
+               COALESCE(sum(t.completed), 0)::bigint AS completed,
+               COALESCE(sum(t.failed), 0)::bigint AS failed,
+               COALESCE(sum(t.stalled), 0)::bigint AS stalled,
+               COALESCE(sum(t.expired), 0)::bigint AS expired,
+               min(t.oldest_in_progress_at) AS oldest
+        FROM idem.tenant_key_counts AS t
+    ),
+    purge AS (
+        SELECT p.last_pass_at, p.last_pass_keys, p.total_keys
+        FROM @extschema@.idem_purge_status() AS p
+        WHERE p.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+    )
+    SELECT keys.in_progress, keys.completed, keys.failed, keys.stalled, keys.expired, keys.oldest,
+           c.claims, c.replays_completed, c.replays_failed, c.in_progress, c.mismatches, c.takeovers,
+           c.stale_fences, c.stale_keys, c.keys_purged, c.since,
+           purge.last_pass_at, purge.last_pass_keys, purge.total_keys,
+           c.consumed, c.consume_duplicates, c.nodes, c.missing_nodes
+    FROM keys
+    CROSS JOIN idem.counter_totals() AS c
+    LEFT JOIN purge ON true;
+END;
+
+COMMENT ON FUNCTION idem_stats() IS
+'Keys by state (stalled: in progress past the lease; expired: awaiting purge), the oldest attempt in progress, the cumulative counters (on a Citus coordinator summed over the nodes that answered: counters_nodes, counters_missing_nodes) and the purge worker''s last pass';
+
+CREATE FUNCTION idem_tenant_stats(
+    OUT tenant text,
+    OUT keys_in_progress bigint,
+    OUT keys_completed bigint,
+    OUT keys_failed bigint,
+    OUT keys_stalled bigint,
+    OUT keys_expired bigint,
+    OUT oldest_in_progress_at timestamptz,
+    OUT claims bigint,
+    OUT replays bigint,
+    OUT in_progress bigint,
+    OUT mismatches bigint,
+    OUT takeovers bigint,
+    OUT stale_fences bigint,
+    OUT consumed bigint,
+    OUT consume_duplicates bigint
+) RETURNS SETOF record
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT COALESCE(t.tenant, c.tenant),
+           COALESCE(t.in_progress, 0), COALESCE(t.completed, 0), COALESCE(t.failed, 0),
+           COALESCE(t.stalled, 0), COALESCE(t.expired, 0), t.oldest_in_progress_at,
+           c.claims, c.replays_completed OPERATOR(pg_catalog.+) c.replays_failed, c.in_progress,
+           c.mismatches, c.takeovers, c.stale_fences, c.consumed, c.consume_duplicates
+    FROM idem.tenant_key_counts AS t
+    FULL JOIN idem.tenant_counter_totals() AS c ON c.tenant OPERATOR(pg_catalog.=) t.tenant
+    ORDER BY 1;
+END;
+
+COMMENT ON FUNCTION idem_tenant_stats() IS
+'Per tenant: keys by state from idem.keys and the cumulative counters (on a Citus coordinator summed over the nodes that answered)';
+
+CREATE FUNCTION idem_cluster_counters(
+    OUT nodename text,
+    OUT nodeport integer,
+    OUT claims bigint,
+    OUT replays_completed bigint,
+    OUT replays_failed bigint,
+    OUT in_progress bigint,
+    OUT mismatches bigint,
+    OUT takeovers bigint,
+    OUT stale_fences bigint,
+    OUT stale_keys bigint,
+    OUT keys_purged bigint,
+    OUT since timestamptz,
+    OUT consumed bigint,
+    OUT consume_duplicates bigint
+) RETURNS SETOF record
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension AS e WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'feature_not_supported',
+            MESSAGE = 'idem_cluster_counters() needs the citus extension',
+            DETAIL = 'Citus is not installed in this database.',
+            HINT = 'On one server, idem_counters() has them all.';
+    END IF;
+    -- The command names pg_idem's schema as it is called now, found by its OID: the name
+    -- written at CREATE EXTENSION could by now be another schema that its owner planted after
+    -- renaming this one, and the command runs with the extension owner's rights.
+    -- every node's own counters (shared memory is per node), read there as JSON; a node that
+    -- does not answer (or has no counters: pg_idem not preloaded there) has a row of NULLs, so
+    -- that a missing node shows instead of a low sum
+    RETURN QUERY
+    SELECT n.nodename, n.nodeport,
+           (c.j OPERATOR(pg_catalog.->>) 'claims')::pg_catalog.int8,
+           (c.j OPERATOR(pg_catalog.->>) 'replays_completed')::pg_catalog.int8,
+           (c.j OPERATOR(pg_catalog.->>) 'replays_failed')::pg_catalog.int8,
+           (c.j OPERATOR(pg_catalog.->>) 'in_progress')::pg_catalog.int8,
+           (c.j OPERATOR(pg_catalog.->>) 'mismatches')::pg_catalog.int8,
+           (c.j OPERATOR(pg_catalog.->>) 'takeovers')::pg_catalog.int8,
+           (c.j OPERATOR(pg_catalog.->>) 'stale_fences')::pg_catalog.int8,
+           (c.j OPERATOR(pg_catalog.->>) 'stale_keys')::pg_catalog.int8,
+           (c.j OPERATOR(pg_catalog.->>) 'keys_purged')::pg_catalog.int8,
+           (c.j OPERATOR(pg_catalog.->>) 'since')::pg_catalog.timestamptz,
+           (c.j OPERATOR(pg_catalog.->>) 'consumed')::pg_catalog.int8,
+           (c.j OPERATOR(pg_catalog.->>) 'consume_duplicates')::pg_catalog.int8
+      FROM pg_catalog.run_command_on_all_nodes(pg_catalog.format(
+               'SELECT pg_catalog.row_to_json(c) FROM %I.idem_counters() AS c',
+               (SELECT s.nspname FROM pg_catalog.pg_extension AS e
+                  JOIN pg_catalog.pg_namespace AS s ON s.oid OPERATOR(pg_catalog.=) e.extnamespace
+                 WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idem'))) AS r
+      JOIN pg_catalog.pg_dist_node AS n ON n.nodeid OPERATOR(pg_catalog.=) r.nodeid
+      -- CASE, not a WHERE: the planner may evaluate the cast before a filter
+      CROSS JOIN LATERAL (SELECT CASE WHEN r.success AND r.result OPERATOR(pg_catalog.<>) ''
+                                      THEN r.result::pg_catalog.jsonb END AS j) AS c
+     ORDER BY n.groupid, n.nodeid;
+END
+$$;
+
+COMMENT ON FUNCTION idem_cluster_counters() IS
+'On a Citus cluster: each node''s cumulative counters (idem_counters() there), one row per node; NULLs for a node that did not answer';
+
+REVOKE ALL ON FUNCTION idem_counters(), idem_tenant_counters(), idem_stats(), idem_tenant_stats(),
+    idem_cluster_counters() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION idem_counters(), idem_tenant_counters(), idem_stats(), idem_tenant_stats(),
+    idem_cluster_counters() TO pg_monitor;

@@ -11,7 +11,9 @@ CREATE FUNCTION idem_counters(
     OUT stale_fences bigint,
     OUT stale_keys bigint,
     OUT keys_purged bigint,
-    OUT since timestamptz
+    OUT since timestamptz,
+    OUT consumed bigint,
+    OUT consume_duplicates bigint
 ) RETURNS SETOF record
 LANGUAGE c VOLATILE PARALLEL SAFE ROWS 1
 AS 'MODULE_PATHNAME', 'idem_counters_wrapper';
@@ -28,7 +30,9 @@ CREATE FUNCTION idem_tenant_counters(
     OUT mismatches bigint,
     OUT takeovers bigint,
     OUT stale_fences bigint,
-    OUT stale_keys bigint
+    OUT stale_keys bigint,
+    OUT consumed bigint,
+    OUT consume_duplicates bigint
 ) RETURNS SETOF record
 LANGUAGE c VOLATILE PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'idem_tenant_counters_wrapper';
@@ -42,6 +46,46 @@ AS 'MODULE_PATHNAME', 'idem_stats_reset_wrapper';
 
 COMMENT ON FUNCTION idem_stats_reset() IS
 'Zero the cumulative counters (false when pg_idem is not preloaded and there are none)';
+
+-- The counters idem_stats() and idem_tenant_stats() show: this server's, or on a Citus
+-- coordinator of a distributed idem.keys the sum over every node that answered (src/stats.rs).
+-- In schema idem: the statistics functions call them with the owner's rights; nobody else can.
+CREATE FUNCTION idem.counter_totals(
+    OUT claims bigint,
+    OUT replays_completed bigint,
+    OUT replays_failed bigint,
+    OUT in_progress bigint,
+    OUT mismatches bigint,
+    OUT takeovers bigint,
+    OUT stale_fences bigint,
+    OUT stale_keys bigint,
+    OUT consumed bigint,
+    OUT consume_duplicates bigint,
+    OUT keys_purged bigint,
+    OUT since timestamptz,
+    OUT nodes integer,
+    OUT missing_nodes text[]
+) RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 1
+AS 'MODULE_PATHNAME', 'idem_counter_totals_wrapper';
+
+CREATE FUNCTION idem.tenant_counter_totals(
+    OUT tenant text,
+    OUT claims bigint,
+    OUT replays_completed bigint,
+    OUT replays_failed bigint,
+    OUT in_progress bigint,
+    OUT mismatches bigint,
+    OUT takeovers bigint,
+    OUT stale_fences bigint,
+    OUT stale_keys bigint,
+    OUT consumed bigint,
+    OUT consume_duplicates bigint
+) RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'idem_tenant_counter_totals_wrapper';
+
+REVOKE ALL ON FUNCTION idem.counter_totals(), idem.tenant_counter_totals() FROM PUBLIC;
 
 -- The SECURITY DEFINER functions below are SQL-standard bodies (BEGIN ATOMIC): every function,
 -- table and operator they use is bound when they are created, by OID. A body in a string would
@@ -84,9 +128,13 @@ CREATE FUNCTION idem_stats(
     OUT counters_since timestamptz,
     OUT purge_last_pass_at timestamptz,
     OUT purge_last_pass_keys bigint,
-    OUT purge_total_keys bigint
+    OUT purge_total_keys bigint,
+    OUT consumed bigint,
+    OUT consume_duplicates bigint,
+    OUT counters_nodes integer,
+    OUT counters_missing_nodes text[]
 ) RETURNS record
-LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     WITH keys AS (
@@ -106,14 +154,15 @@ BEGIN ATOMIC
     SELECT keys.in_progress, keys.completed, keys.failed, keys.stalled, keys.expired, keys.oldest,
            c.claims, c.replays_completed, c.replays_failed, c.in_progress, c.mismatches, c.takeovers,
            c.stale_fences, c.stale_keys, c.keys_purged, c.since,
-           purge.last_pass_at, purge.last_pass_keys, purge.total_keys
+           purge.last_pass_at, purge.last_pass_keys, purge.total_keys,
+           c.consumed, c.consume_duplicates, c.nodes, c.missing_nodes
     FROM keys
-    CROSS JOIN @extschema@.idem_counters() AS c
+    CROSS JOIN idem.counter_totals() AS c
     LEFT JOIN purge ON true;
 END;
 
 COMMENT ON FUNCTION idem_stats() IS
-'Keys by state (stalled: in progress past the lease; expired: awaiting purge), the oldest attempt in progress, the cumulative counters and the purge worker''s last pass';
+'Keys by state (stalled: in progress past the lease; expired: awaiting purge), the oldest attempt in progress, the cumulative counters (on a Citus coordinator summed over the nodes that answered: counters_nodes, counters_missing_nodes) and the purge worker''s last pass';
 
 CREATE FUNCTION idem_tenant_stats(
     OUT tenant text,
@@ -128,23 +177,25 @@ CREATE FUNCTION idem_tenant_stats(
     OUT in_progress bigint,
     OUT mismatches bigint,
     OUT takeovers bigint,
-    OUT stale_fences bigint
+    OUT stale_fences bigint,
+    OUT consumed bigint,
+    OUT consume_duplicates bigint
 ) RETURNS SETOF record
-LANGUAGE sql VOLATILE PARALLEL SAFE SECURITY DEFINER
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT COALESCE(t.tenant, c.tenant),
            COALESCE(t.in_progress, 0), COALESCE(t.completed, 0), COALESCE(t.failed, 0),
            COALESCE(t.stalled, 0), COALESCE(t.expired, 0), t.oldest_in_progress_at,
            c.claims, c.replays_completed OPERATOR(pg_catalog.+) c.replays_failed, c.in_progress,
-           c.mismatches, c.takeovers, c.stale_fences
+           c.mismatches, c.takeovers, c.stale_fences, c.consumed, c.consume_duplicates
     FROM idem.tenant_key_counts AS t
-    FULL JOIN @extschema@.idem_tenant_counters() AS c ON c.tenant OPERATOR(pg_catalog.=) t.tenant
+    FULL JOIN idem.tenant_counter_totals() AS c ON c.tenant OPERATOR(pg_catalog.=) t.tenant
     ORDER BY 1;
 END;
 
 COMMENT ON FUNCTION idem_tenant_stats() IS
-'Per tenant: keys by state from idem.keys and the cumulative counters from shared memory';
+'Per tenant: keys by state from idem.keys and the cumulative counters (on a Citus coordinator summed over the nodes that answered)';
 
 CREATE FUNCTION idem_stalled(older_than interval DEFAULT '0')
 RETURNS TABLE (

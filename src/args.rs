@@ -180,3 +180,16 @@ pub fn required<'a>(
 pub fn check<T>(result: Result<T, IdemError>) -> T {
     result.unwrap_or_else(|e| e.raise())
 }
+
+/// A batch of `len` elements (counted before any is read) within pg_idem.max_batch_keys.
+pub fn check_batch_size(len: usize, argument: &str) {
+    let max = guc::max_batch_keys();
+    if len > max {
+        errors::too_large(
+            argument,
+            format!("The batch has {len} elements; pg_idem.max_batch_keys allows {max}."),
+            "Split the batch, or raise pg_idem.max_batch_keys.",
+        )
+        .raise();
+    }
+}

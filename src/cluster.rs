@@ -73,3 +73,42 @@ pub fn purge_worker_nodes(max_rows: Option<i32>) -> i64 {
         total
     })
 }
+
+/// What one node answered to `on_every_node`: its name (host:port), and the first column of
+/// its result as text, None when it did not answer (down, unreachable, an error there).
+pub struct NodeAnswer {
+    pub node: String,
+    pub result: Option<String>,
+}
+
+/// Runs a one-value query on every node of the Citus cluster (the coordinator included), each in
+/// a transaction of its own there, and returns every node's answer. `command` is a format()
+/// string whose one `%I` is pg_idem's schema: named as it is called now, found by the
+/// extension's OID (the name written at CREATE EXTENSION could by now be another schema its
+/// owner planted after renaming this one, and the command runs with the extension owner's
+/// rights).
+pub fn on_every_node(command: &str) -> Vec<NodeAnswer> {
+    const QUERY: &str = "SELECT n.nodename OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) n.nodeport::pg_catalog.text, \
+            CASE WHEN r.success THEN r.result END \
+         FROM pg_catalog.run_command_on_all_nodes(pg_catalog.format($1, \
+              (SELECT s.nspname FROM pg_catalog.pg_extension AS e \
+                 JOIN pg_catalog.pg_namespace AS s ON s.oid OPERATOR(pg_catalog.=) e.extnamespace \
+                WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idem'))) AS r \
+         JOIN pg_catalog.pg_dist_node AS n ON n.nodeid OPERATOR(pg_catalog.=) r.nodeid \
+         ORDER BY n.groupid, n.nodeid";
+    sql::with_client(|client| {
+        client
+            .run(QUERY, &[command.into()])
+            .map(|row| {
+                let get = |n: usize| {
+                    row.get::<String>(n)
+                        .unwrap_or_else(|e| errors::internal("reading a node's answer", e).raise())
+                };
+                NodeAnswer {
+                    node: get(1).unwrap_or_default(),
+                    result: get(2).filter(|r| !r.is_empty()),
+                }
+            })
+            .collect()
+    })
+}

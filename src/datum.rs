@@ -81,6 +81,21 @@ impl IntoDatum for Jsonb<'_> {
     }
 }
 
+// SAFETY: an element of a jsonb[] that pgrx's Array hands out is a non-null jsonb datum pointing
+// into the array, which lives as long as the array ('src); it is carried as is.
+unsafe impl pgrx::datum::UnboxDatum for Jsonb<'_> {
+    type As<'src>
+        = Jsonb<'src>
+    where
+        Self: 'src;
+    unsafe fn unbox<'src>(datum: Datum<'src>) -> Self::As<'src>
+    where
+        Self: 'src,
+    {
+        Jsonb(datum.sans_lifetime(), PhantomData)
+    }
+}
+
 // SAFETY: unboxing reads one jsonb argument from the call frame, as the SQL signature declares.
 unsafe impl<'fcx> ArgAbi<'fcx> for Jsonb<'fcx> {
     unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {

@@ -144,6 +144,32 @@ pub fn too_many_fence_sequences(slots: usize) -> IdemError {
     )
 }
 
+/// 55P03: idem_consume of a key an attempt of idem_claim holds: whether its effect happens is
+/// not known yet, so the message may be neither processed nor acknowledged now.
+pub fn consume_in_progress(
+    tenant: &str,
+    key: &str,
+    lease_expires_at: Option<pgrx::datum::TimestampWithTimeZone>,
+    mine: bool,
+) -> IdemError {
+    let detail = if mine {
+        "This transaction claimed it with idem_claim and has not completed it.".to_string()
+    } else {
+        match lease_expires_at {
+            Some(lease) => {
+                format!("An attempt claimed it with idem_claim; its lease runs until {lease}.")
+            }
+            None => "An attempt claimed it with idem_claim.".to_string(),
+        }
+    };
+    IdemError::new(
+        PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+        format!("idem_consume: key \"{key}\" of tenant \"{tenant}\" is held by an attempt in progress"),
+        detail,
+        "Do not acknowledge the message: let it be redelivered later (once the lease has passed, idem_consume takes the key over), or finish the attempt with idem_complete.",
+    )
+}
+
 /// 42501: pg_idem.tenant_grants is on and the role has no grant on the tenant.
 pub fn tenant_denied(tenant: &str, role: &str) -> IdemError {
     IdemError::new(

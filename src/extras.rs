@@ -42,15 +42,7 @@ fn batch<'b, 'a: 'b>(
         )
         .raise();
     }
-    let max = guc::max_batch_keys();
-    if keys.len() > max {
-        errors::too_large(
-            "keys",
-            format!("The batch has {} keys; pg_idem.max_batch_keys allows {max}.", keys.len()),
-            "Split the batch, or raise pg_idem.max_batch_keys (each new key claimed holds one lock until commit).",
-        )
-        .raise();
-    }
+    args::check_batch_size(keys.len(), "keys");
     keys.iter()
         .zip(hashes.iter())
         .enumerate()

@@ -29,6 +29,7 @@ mod api;
 mod args;
 mod canonical_json;
 mod cluster;
+mod consumers;
 mod datum;
 mod enum_list;
 mod errors;
@@ -65,6 +66,11 @@ extension_sql_file!(
     "../sql/cluster.sql",
     name = "cluster",
     requires = ["tenants"]
+);
+extension_sql_file!(
+    "../sql/consumers.sql",
+    name = "consumers",
+    requires = ["cluster"]
 );
 
 #[pg_guard]

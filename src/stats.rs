@@ -25,6 +25,10 @@ pub enum Event {
     StaleKey,
     /// An operation under a fence was refused with 55000.
     StaleFence,
+    /// idem_consume (or idem_consume_many) found a message new and recorded it.
+    Consumed,
+    /// idem_consume (or idem_consume_many) found a message processed already.
+    ConsumeDuplicate,
 }
 }
 
@@ -239,7 +243,50 @@ fn counter(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// The event counters as SQL shows them, in the order of their columns in idem_counters() and
+/// idem_tenant_counters() (sql/stats.sql): the column's name, and what it counts. The names are
+/// also the keys of the JSON each node of a Citus cluster answers with (`cluster_totals`).
+const COUNTER_COLUMNS: [(&str, Event); EVENT_COUNT] = [
+    ("claims", Event::Claimed),
+    ("replays_completed", Event::ReplayCompleted),
+    ("replays_failed", Event::ReplayFailed),
+    ("in_progress", Event::InProgress),
+    ("mismatches", Event::Mismatch),
+    ("takeovers", Event::Takeover),
+    ("stale_fences", Event::StaleFence),
+    ("stale_keys", Event::StaleKey),
+    ("consumed", Event::Consumed),
+    ("consume_duplicates", Event::ConsumeDuplicate),
+];
+
+/// Counter values in COUNTER_COLUMNS order; None for SQL NULL (no counters).
+type Values = [Option<i64>; EVENT_COUNT];
+
+fn values(events: Option<&[u64; EVENT_COUNT]>) -> Values {
+    COUNTER_COLUMNS.map(|(_, e)| events.map(|ev| counter(ev[e as usize])))
+}
+
+/// This server's counters, and when they started (its start, or the last reset).
+fn local_totals() -> (Values, Option<i64>, Option<TimestampWithTimeZone>) {
+    let snap = snapshot();
+    let since = snap.as_ref().map(|s| {
+        crate::time::timestamptz(if s.reset_at != 0 {
+            s.reset_at
+        } else {
+            // SAFETY: set by the postmaster at start, inherited read-only by every backend.
+            unsafe { pg_sys::PgStartTime }
+        })
+    });
+    (
+        values(snap.as_ref().map(|s| &s.events)),
+        snap.as_ref().map(|s| counter(s.purged)),
+        since,
+    )
+}
+
 type CounterRow = (
+    Option<i64>,
+    Option<i64>,
     Option<i64>,
     Option<i64>,
     Option<i64>,
@@ -250,18 +297,8 @@ type CounterRow = (
     Option<i64>,
 );
 
-fn counter_row(events: Option<&[u64; EVENT_COUNT]>) -> CounterRow {
-    let get = |e: Event| events.map(|ev| counter(ev[e as usize]));
-    (
-        get(Event::Claimed),
-        get(Event::ReplayCompleted),
-        get(Event::ReplayFailed),
-        get(Event::InProgress),
-        get(Event::Mismatch),
-        get(Event::Takeover),
-        get(Event::StaleFence),
-        get(Event::StaleKey),
-    )
+fn row(v: Values) -> CounterRow {
+    (v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9])
 }
 
 /// `idem_counters()`: the cumulative counters, NULL without the preload.
@@ -280,20 +317,15 @@ fn idem_counters() -> TableIterator<
         name!(stale_keys, Option<i64>),
         name!(keys_purged, Option<i64>),
         name!(since, Option<TimestampWithTimeZone>),
+        name!(consumed, Option<i64>),
+        name!(consume_duplicates, Option<i64>),
     ),
 > {
-    let snap = snapshot();
-    let c = counter_row(snap.as_ref().map(|s| &s.events));
-    let purged = snap.as_ref().map(|s| counter(s.purged));
-    let since = snap.as_ref().map(|s| {
-        crate::time::timestamptz(if s.reset_at != 0 {
-            s.reset_at
-        } else {
-            // SAFETY: set by the postmaster at start, inherited read-only by every backend.
-            unsafe { pg_sys::PgStartTime }
-        })
-    });
-    TableIterator::once((c.0, c.1, c.2, c.3, c.4, c.5, c.6, c.7, purged, since))
+    let (v, purged, since) = local_totals();
+    let c = row(v);
+    TableIterator::once((
+        c.0, c.1, c.2, c.3, c.4, c.5, c.6, c.7, purged, since, c.8, c.9,
+    ))
 }
 
 /// `idem_tenant_counters()`: the cumulative counters per tenant.
@@ -311,11 +343,171 @@ fn idem_tenant_counters() -> TableIterator<
         name!(takeovers, Option<i64>),
         name!(stale_fences, Option<i64>),
         name!(stale_keys, Option<i64>),
+        name!(consumed, Option<i64>),
+        name!(consume_duplicates, Option<i64>),
     ),
 > {
     TableIterator::new(tenant_snapshot().into_iter().map(|(tenant, events)| {
-        let c = counter_row(Some(&events));
-        (tenant, c.0, c.1, c.2, c.3, c.4, c.5, c.6, c.7)
+        let c = row(values(Some(&events)));
+        (tenant, c.0, c.1, c.2, c.3, c.4, c.5, c.6, c.7, c.8, c.9)
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cluster-wide totals, for idem_stats() and idem_tenant_stats()
+// ---------------------------------------------------------------------------------------------
+
+/// Adds a node's value to a total; a node without counters (NULL) adds nothing.
+fn add(total: &mut Option<i64>, value: Option<i64>) {
+    if let Some(v) = value {
+        *total = Some(total.unwrap_or(0).saturating_add(v));
+    }
+}
+
+/// The counters of one node's JSON row (idem_counters() or idem_tenant_counters() there).
+fn values_of_json(row: &serde_json::Value) -> Values {
+    COUNTER_COLUMNS.map(|(name, _)| row.get(name).and_then(serde_json::Value::as_i64))
+}
+
+/// Seconds since 1970 as PostgreSQL's TimestampTz (microseconds since 2000).
+fn from_unix_seconds(seconds: f64) -> Option<TimestampWithTimeZone> {
+    const UNIX_TO_PG_EPOCH_S: f64 = 946_684_800.0;
+    let micros = ((seconds - UNIX_TO_PG_EPOCH_S) * 1_000_000.0).round();
+    micros
+        .is_finite()
+        .then(|| crate::time::timestamptz(micros as i64))
+}
+
+/// The counters for idem_stats(): this server's, or, on a Citus coordinator of a distributed
+/// idem.keys, the sum over every node that answered (each node counts what ran there, and
+/// delegated calls run on the workers); with how many nodes were summed, which did not answer,
+/// and since when every summed node has been counting (the latest start or reset among them).
+fn totals() -> (
+    Values,
+    Option<i64>,
+    Option<TimestampWithTimeZone>,
+    i32,
+    Vec<String>,
+) {
+    if !crate::cluster::coordinator_of_distributed_keys() {
+        let (v, purged, since) = local_totals();
+        let nodes = i32::from(since.is_some());
+        return (v, purged, since, nodes, Vec::new());
+    }
+    let mut total: Values = [None; EVENT_COUNT];
+    let (mut purged, mut since, mut nodes, mut missing) = (None, None::<f64>, 0, Vec::new());
+    let command = "SELECT pg_catalog.row_to_json(c) FROM (SELECT x.*, \
+         pg_catalog.date_part('epoch', x.since) AS since_epoch FROM %I.idem_counters() AS x) AS c";
+    for answer in crate::cluster::on_every_node(command) {
+        let parsed = answer
+            .result
+            .and_then(|r| serde_json::from_str::<serde_json::Value>(&r).ok())
+            .filter(|row| row.get("claims").is_some_and(|c| !c.is_null()));
+        let Some(row) = parsed else {
+            missing.push(answer.node);
+            continue;
+        };
+        for (t, v) in total.iter_mut().zip(values_of_json(&row)) {
+            add(t, v);
+        }
+        add(
+            &mut purged,
+            row.get("keys_purged").and_then(serde_json::Value::as_i64),
+        );
+        if let Some(s) = row.get("since_epoch").and_then(serde_json::Value::as_f64) {
+            since = Some(since.map_or(s, |t| t.max(s)));
+        }
+        nodes += 1;
+    }
+    (
+        total,
+        purged,
+        since.and_then(from_unix_seconds),
+        nodes,
+        missing,
+    )
+}
+
+/// `idem.counter_totals()`: the counters idem_stats() shows (see `totals`).
+#[pg_extern(sql = false)]
+#[allow(clippy::type_complexity)]
+fn idem_counter_totals() -> TableIterator<
+    'static,
+    (
+        name!(claims, Option<i64>),
+        name!(replays_completed, Option<i64>),
+        name!(replays_failed, Option<i64>),
+        name!(in_progress, Option<i64>),
+        name!(mismatches, Option<i64>),
+        name!(takeovers, Option<i64>),
+        name!(stale_fences, Option<i64>),
+        name!(stale_keys, Option<i64>),
+        name!(consumed, Option<i64>),
+        name!(consume_duplicates, Option<i64>),
+        name!(keys_purged, Option<i64>),
+        name!(since, Option<TimestampWithTimeZone>),
+        name!(nodes, i32),
+        name!(missing_nodes, Vec<String>),
+    ),
+> {
+    let (v, purged, since, nodes, missing) = totals();
+    let c = row(v);
+    TableIterator::once((
+        c.0, c.1, c.2, c.3, c.4, c.5, c.6, c.7, c.8, c.9, purged, since, nodes, missing,
+    ))
+}
+
+/// `idem.tenant_counter_totals()`: the counters per tenant idem_tenant_stats() shows: this
+/// server's, or on a Citus coordinator of a distributed idem.keys summed over every node that
+/// answered (idem_stats() says which did not).
+#[pg_extern(sql = false)]
+#[allow(clippy::type_complexity)]
+fn idem_tenant_counter_totals() -> TableIterator<
+    'static,
+    (
+        name!(tenant, Option<String>),
+        name!(claims, Option<i64>),
+        name!(replays_completed, Option<i64>),
+        name!(replays_failed, Option<i64>),
+        name!(in_progress, Option<i64>),
+        name!(mismatches, Option<i64>),
+        name!(takeovers, Option<i64>),
+        name!(stale_fences, Option<i64>),
+        name!(stale_keys, Option<i64>),
+        name!(consumed, Option<i64>),
+        name!(consume_duplicates, Option<i64>),
+    ),
+> {
+    let rows: Vec<(Option<String>, Values)> = if crate::cluster::coordinator_of_distributed_keys() {
+        let command = "SELECT pg_catalog.json_agg(c) FROM %I.idem_tenant_counters() AS c";
+        let mut by_tenant: std::collections::BTreeMap<Option<String>, Values> =
+            std::collections::BTreeMap::new();
+        for answer in crate::cluster::on_every_node(command) {
+            let rows = answer
+                .result
+                .and_then(|r| serde_json::from_str::<Vec<serde_json::Value>>(&r).ok())
+                .unwrap_or_default();
+            for row in rows {
+                let tenant = row
+                    .get("tenant")
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_owned);
+                let total = by_tenant.entry(tenant).or_insert([None; EVENT_COUNT]);
+                for (t, v) in total.iter_mut().zip(values_of_json(&row)) {
+                    add(t, v);
+                }
+            }
+        }
+        by_tenant.into_iter().collect()
+    } else {
+        tenant_snapshot()
+            .into_iter()
+            .map(|(tenant, events)| (tenant, values(Some(&events))))
+            .collect()
+    };
+    TableIterator::new(rows.into_iter().map(|(tenant, v)| {
+        let c = row(v);
+        (tenant, c.0, c.1, c.2, c.3, c.4, c.5, c.6, c.7, c.8, c.9)
     }))
 }
 

@@ -192,6 +192,19 @@ impl Store<'_, '_> {
             Backend::Spi(client) => spi::forget(client, tenant, key),
         }
     }
+
+    /// Records a message as processed in the caller's transaction (see `plan_consume`); Err:
+    /// an attempt in progress holds the key (55P03, raised by the caller once counted).
+    pub fn consume(
+        &self,
+        request: &ConsumeRequest<'_>,
+        now: Micros,
+    ) -> Result<Consumed, errors::IdemError> {
+        match &self.backend {
+            Backend::Engine(keys) => engine::consume(keys, request, now, self.outer),
+            Backend::Spi(client) => spi::consume(client, request, now),
+        }
+    }
 }
 
 /// Claims one key (see `Store::claim`).
@@ -326,6 +339,94 @@ fn is_stale_uuidv7(request: &ClaimRequest<'_>, now: Micros) -> bool {
 /// How many times a claim re-reads the key when a concurrent commit changed it under its feet.
 /// At READ COMMITTED one re-read always settles it; the bound only guards against livelock.
 const CLAIM_ROUNDS: usize = 4;
+
+// ---------------------------------------------------------------------------------------------
+// Consumed messages
+// ---------------------------------------------------------------------------------------------
+
+pub struct ConsumeRequest<'a> {
+    pub tenant: &'a str,
+    pub key: &'a str,
+    pub ttl_us: i64,
+}
+
+impl ConsumeRequest<'_> {
+    /// The request hash a consumed key stores: the empty fingerprint's, so that idem_claim
+    /// with request_hash '' replays it as completed, and any other hash is a mismatch.
+    fn request_hash() -> [u8; hashing::STORED_HASH_BYTES] {
+        hashing::stored_request_hash("")
+    }
+
+    /// (expires_at, purge_after) of a message consumed now: it is kept for its ttl.
+    fn times(&self, now: Micros) -> (Micros, Micros) {
+        let expires_at = now.saturating_add(self.ttl_us);
+        (expires_at, expires_at)
+    }
+}
+
+/// What idem_consume found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Consumed {
+    /// The message is new: it is recorded as processed in the caller's transaction.
+    New {
+        /// it took over an attempt of idem_claim whose lease had passed
+        takeover: bool,
+    },
+    /// It was processed already (a committed consume, or a key completed or failed).
+    Duplicate,
+}
+
+/// What a consume has to do about the key's committed row (no other transaction is writing
+/// it: a consume waits for such a transaction first, as INSERT ... ON CONFLICT does).
+enum ConsumePlan {
+    Answer(Consumed),
+    /// An attempt in progress holds the key: the error to raise.
+    Held(errors::IdemError),
+    /// Record it as processed: afresh (attempt 1), or in place of an expired row, or taking
+    /// over an attempt of idem_claim whose lease passed (the next attempt number).
+    Write {
+        attempt: i32,
+        takeover: bool,
+    },
+}
+
+/// The rule of idem_consume for `row`, the key's latest committed version (or this
+/// transaction's own): an absent or expired key is new; a completed or failed one was
+/// processed; an attempt of idem_claim in progress under a live lease (or this transaction's
+/// own attempt) cannot be decided, so the call fails with 55P03 (the message must not be
+/// acknowledged: it will be redelivered); one whose lease has passed is taken over, as a claim
+/// would: its fence is refused from then on.
+fn plan_consume(
+    row: Option<&KeyRow<'_>>,
+    mine: bool,
+    request: &ConsumeRequest<'_>,
+    now: Micros,
+) -> ConsumePlan {
+    let row = match row {
+        Some(row) if !row.is_expired(now) => row,
+        _ => {
+            return ConsumePlan::Write {
+                attempt: 1,
+                takeover: false,
+            }
+        }
+    };
+    match row.state {
+        State::Completed | State::Failed => ConsumePlan::Answer(Consumed::Duplicate),
+        State::InProgress if mine || row.lease_is_live(now) => {
+            ConsumePlan::Held(errors::consume_in_progress(
+                request.tenant,
+                request.key,
+                row.lease_expires_at.map(crate::time::timestamptz),
+                mine,
+            ))
+        }
+        State::InProgress => ConsumePlan::Write {
+            attempt: row.attempt.saturating_add(1),
+            takeover: true,
+        },
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Operations under a fence

@@ -35,8 +35,9 @@ use pgrx::pg_sys;
 use pgrx::{FromDatum, IntoDatum};
 
 use super::{
-    fences, not_null, plan, prevent_if_read_only, snapshot_per_transaction, stored_hash, wait_for,
-    ClaimOutcome, ClaimRequest, Fenced, FencedChange, KeyRow, Plan, Refused, State, CLAIM_ROUNDS,
+    fences, not_null, plan, plan_consume, prevent_if_read_only, snapshot_per_transaction,
+    stored_hash, wait_for, ClaimOutcome, ClaimRequest, ConsumePlan, ConsumeRequest, Consumed,
+    Fenced, FencedChange, KeyRow, Plan, Refused, State, CLAIM_ROUNDS,
 };
 use crate::datum::Jsonb;
 use crate::errors;
@@ -400,91 +401,219 @@ fn write_claim<'m>(
     attempt: i32,
     outer: pg_sys::MemoryContext,
 ) -> Claimed<'m> {
-    let c = keys.catalog.columns;
     let (lease_expires_at, expires_at, purge_after) = request.times(now);
-    let request_hash = request
-        .request_hash
-        .as_slice()
-        .into_datum()
-        .unwrap_or_else(|| errors::internal("storing a request hash", "NULL").raise());
     // a fence above every fence handed out before, and above the one it replaces
     let fence = fences::next(
         keys.catalog.fence_seq,
         seen.map_or(0, |f| keys.fence_of(f).saturating_add(1)),
     );
+    let takeover = attempt > 1;
+    let version = Version {
+        tenant: request.tenant,
+        key: request.key,
+        fence,
+        attempt,
+        state: State::InProgress,
+        request_hash: &request.request_hash,
+        now,
+        lease_expires_at: Some(lease_expires_at),
+        expires_at,
+        purge_after,
+        ttl_us: request.ttl_us,
+        keep_checkpoint: takeover,
+    };
+    match write_version(keys, seen, &version) {
+        Stored::Yes => {
+            let c = keys.catalog.columns;
+            let (checkpoint_phase, checkpoint_data) = match seen {
+                Some(found) if takeover => (
+                    keys.checkpoint_phase(found),
+                    jsonb(found, c.checkpoint_data, outer),
+                ),
+                _ => (None, None),
+            };
+            Claimed::Yes(ClaimOutcome::Claimed {
+                fence,
+                attempt,
+                lease_expires_at,
+                expires_at,
+                takeover,
+                checkpoint_phase,
+                checkpoint_data,
+            })
+        }
+        Stored::Taken => Claimed::Taken,
+        Stored::HeldBy(xid) => Claimed::HeldBy(xid),
+        Stored::Changed => Claimed::Changed,
+    }
+}
+
+/// A new version of a key's row, as a claim or a consume writes it.
+struct Version<'a> {
+    tenant: &'a str,
+    key: &'a str,
+    fence: i64,
+    attempt: i32,
+    state: State,
+    request_hash: &'a [u8],
+    now: Micros,
+    lease_expires_at: Option<Micros>,
+    expires_at: Micros,
+    purge_after: Micros,
+    ttl_us: i64,
+    /// a takeover hands the last checkpoint on; everything else starts without one
+    keep_checkpoint: bool,
+}
+
+/// What writing a version gave.
+enum Stored {
+    Yes,
+    /// Another transaction inserted the key since it was read: this one's row was taken back.
+    Taken,
+    /// Another running transaction changes or locks the row.
+    HeldBy(pg_sys::TransactionId),
+    /// A transaction committed a change to the row after it was read.
+    Changed,
+}
+
+/// Inserts `version`, or writes it over `seen` (the key's latest version) without waiting;
+/// remembers where it went (`OwnRow`).
+fn write_version(keys: &Keys, seen: Option<&Found>, version: &Version<'_>) -> Stored {
+    let c = keys.catalog.columns;
+    let request_hash = version
+        .request_hash
+        .into_datum()
+        .unwrap_or_else(|| errors::internal("storing a request hash", "NULL").raise());
     let natts = keys.table.natts();
     let (mut values, mut nulls) = match seen {
         Some(found) => keys.values_of(found),
         None => (vec![pg_sys::Datum::from(0); natts], vec![true; natts]),
     };
     let (v, n) = (&mut values[..], &mut nulls[..]);
-    set(v, n, c.fence, Some(fence.into()));
-    set(v, n, c.attempt, Some(attempt.into()));
-    set(v, n, c.state, Some(State::InProgress.code().into()));
+    set(v, n, c.fence, Some(version.fence.into()));
+    set(v, n, c.attempt, Some(version.attempt.into()));
+    set(v, n, c.state, Some(version.state.code().into()));
     set(v, n, c.request_hash, Some(request_hash));
-    set(v, n, c.claimed_at, Some(timestamptz(now)));
+    set(v, n, c.claimed_at, Some(timestamptz(version.now)));
     set(
         v,
         n,
         c.lease_expires_at,
-        Some(timestamptz(lease_expires_at)),
+        version.lease_expires_at.map(timestamptz),
     );
-    set(v, n, c.expires_at, Some(timestamptz(expires_at)));
-    set(v, n, c.ttl, Some(interval(request.ttl_us)));
+    set(v, n, c.expires_at, Some(timestamptz(version.expires_at)));
+    set(v, n, c.ttl, Some(interval(version.ttl_us)));
     set(v, n, c.response_code, None);
     set(v, n, c.response_body, None);
-    let claimed = |attempt, checkpoint_phase, checkpoint_data| {
-        Claimed::Yes(ClaimOutcome::Claimed {
-            fence,
-            attempt,
-            lease_expires_at,
-            expires_at,
-            takeover: attempt > 1,
-            checkpoint_phase,
-            checkpoint_data,
-        })
-    };
-    let Some(found) = seen else {
-        set(v, n, c.tenant, request.tenant.into_datum());
-        set(v, n, c.key, request.key.into_datum());
-        set(v, n, c.purge_after, Some(timestamptz(purge_after)));
+    if !version.keep_checkpoint {
         set(v, n, c.checkpoint_phase, None);
         set(v, n, c.checkpoint_data, None);
-        return match keys.table.insert(keys.catalog.primary_key, v, n) {
-            Inserted::Yes => {
-                keys.remember_written(request.tenant, request.key);
-                claimed(1, None, None)
+    }
+    let stored = match seen {
+        None => {
+            set(v, n, c.tenant, version.tenant.into_datum());
+            set(v, n, c.key, version.key.into_datum());
+            set(v, n, c.purge_after, Some(timestamptz(version.purge_after)));
+            match keys.table.insert(keys.catalog.primary_key, v, n) {
+                Inserted::Yes => Stored::Yes,
+                Inserted::Taken => Stored::Taken,
             }
-            Inserted::Taken => Claimed::Taken,
-        };
+        }
+        Some(found) => {
+            // purge_after only ever moves down here, and to the value it already has in the
+            // common case, which keeps the update HOT
+            let old_purge_after = not_null(keys.i64_of(found, c.purge_after), "purge_after");
+            set(
+                v,
+                n,
+                c.purge_after,
+                Some(timestamptz(old_purge_after.min(version.purge_after))),
+            );
+            match keys.table.update(found, v, n, false) {
+                Write::Done => Stored::Yes,
+                Write::Busy(xid) => Stored::HeldBy(xid),
+                Write::Changed => Stored::Changed,
+            }
+        }
     };
-    // purge_after only ever moves down here, and to the value it already has in the common
-    // case, which keeps the update HOT
-    let old_purge_after = not_null(keys.i64_of(found, c.purge_after), "purge_after");
-    set(
-        v,
-        n,
-        c.purge_after,
-        Some(timestamptz(old_purge_after.min(purge_after))),
-    );
-    let takeover = attempt > 1;
-    if !takeover {
-        set(v, n, c.checkpoint_phase, None);
-        set(v, n, c.checkpoint_data, None);
+    if matches!(stored, Stored::Yes) {
+        keys.remember_written(version.tenant, version.key);
     }
-    let written = keys.table.update(found, v, n, false);
-    if written == Write::Done {
-        keys.remember_written(request.tenant, request.key);
-    }
-    match written {
-        Write::Done if takeover => claimed(
+    stored
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consumed messages
+// ---------------------------------------------------------------------------------------------
+
+/// Records the message `request.key` as processed unless it was (see `store::plan_consume`).
+/// Another transaction writing the key is waited for, as INSERT ... ON CONFLICT waits for a
+/// conflicting insert: only its outcome tells whether the message is new.
+pub fn consume(
+    keys: &Keys,
+    request: &ConsumeRequest<'_>,
+    now: Micros,
+    outer: pg_sys::MemoryContext,
+) -> Result<Consumed, errors::IdemError> {
+    let (tenant, key) = (request.tenant, request.key);
+    let per_transaction = snapshot_per_transaction();
+    let request_hash = ConsumeRequest::request_hash();
+    let (expires_at, purge_after) = request.times(now);
+    loop {
+        pgrx::check_for_interrupts!();
+        let latest = keys.find(tenant, key, Snap::Latest);
+        let (mine, writer) = match latest.as_ref().map(|f| f.holder) {
+            Some(Holder::Inserting(xid) | Holder::Changing(xid)) => (false, Some(xid)),
+            Some(Holder::Me) => (true, None),
+            _ => (false, None),
+        };
+        if let Some(xid) = writer {
+            wait_for(xid);
+            continue;
+        }
+        // a version committed after this transaction's snapshot: at REPEATABLE READ and
+        // SERIALIZABLE, a serialization failure, as INSERT ... ON CONFLICT raises
+        if per_transaction && latest.is_some() && !mine {
+            let seen = keys.find(tenant, key, Snap::Transaction);
+            if !Found::same_version(seen.as_ref(), latest.as_ref()) {
+                errors::serialization_failure("idem_consume", tenant, key).raise()
+            }
+        }
+        let row = latest.as_ref().map(|f| keys.key_row(f, outer));
+        let (attempt, takeover) = match plan_consume(row.as_ref(), mine, request, now) {
+            ConsumePlan::Answer(answer) => return Ok(answer),
+            ConsumePlan::Held(error) => return Err(error),
+            ConsumePlan::Write { attempt, takeover } => (attempt, takeover),
+        };
+        prevent_if_read_only(if latest.is_some() {
+            c"UPDATE"
+        } else {
+            c"INSERT"
+        });
+        let version = Version {
+            tenant,
+            key,
+            // a consumed message holds no fence (none is handed out); a row it replaces keeps
+            // its own, so a later claim's fence is still above it
+            fence: latest.as_ref().map_or(0, |f| keys.fence_of(f)),
             attempt,
-            keys.checkpoint_phase(found),
-            jsonb(found, c.checkpoint_data, outer),
-        ),
-        Write::Done => claimed(attempt, None, None),
-        Write::Busy(xid) => Claimed::HeldBy(xid),
-        Write::Changed => Claimed::Changed,
+            state: State::Completed,
+            request_hash: &request_hash,
+            now,
+            lease_expires_at: None,
+            expires_at,
+            purge_after,
+            ttl_us: request.ttl_us,
+            keep_checkpoint: false,
+        };
+        match write_version(keys, latest.as_ref(), &version) {
+            Stored::Yes => return Ok(Consumed::New { takeover }),
+            Stored::HeldBy(xid) => wait_for(xid),
+            Stored::Changed if per_transaction => {
+                errors::serialization_failure("idem_consume", tenant, key).raise()
+            }
+            Stored::Taken | Stored::Changed => {}
+        }
     }
 }
 

@@ -19,8 +19,9 @@ use pgrx::pg_sys;
 use pgrx::spi::SpiTupleTable;
 
 use super::{
-    fences, not_null, plan, prevent_if_read_only, read_only, stored_hash, ClaimOutcome,
-    ClaimRequest, Fenced, FencedChange, KeyRow, Plan, Refused, State, CLAIM_ROUNDS,
+    fences, not_null, plan, plan_consume, prevent_if_read_only, read_only, stored_hash,
+    ClaimOutcome, ClaimRequest, ConsumePlan, ConsumeRequest, Consumed, Fenced, FencedChange,
+    KeyRow, Plan, Refused, State, CLAIM_ROUNDS,
 };
 use crate::cluster;
 use crate::enum_list::enum_list;
@@ -47,6 +48,8 @@ enum Stmt {
     Release,
     Checkpoint,
     Forget,
+    ConsumeInsert,
+    ConsumeUpdate,
     PurgeBatch,
 }
 }
@@ -114,6 +117,19 @@ impl Stmt {
                  WHERE {WHERE_FENCE}"
             ),
             Stmt::Forget => format!("DELETE FROM idem.keys AS k WHERE {WHERE_KEY} RETURNING k.fence"),
+            // a consumed message: completed, no fence handed out, no lease, no response
+            Stmt::ConsumeInsert => "INSERT INTO idem.keys AS k \
+                   (tenant, key, request_hash, fence, attempt, state, claimed_at, lease_expires_at, expires_at, purge_after, ttl) \
+                 VALUES ($1, $2, $3, 0, 1, 'c', $4, NULL, $5, $5, $6) \
+                 ON CONFLICT (tenant, key) DO NOTHING RETURNING k.attempt"
+                .to_string(),
+            Stmt::ConsumeUpdate => format!(
+                "UPDATE idem.keys AS k SET \
+                   attempt = $7, state = 'c', request_hash = $3, claimed_at = $4, lease_expires_at = NULL, \
+                   expires_at = $5, purge_after = LEAST(k.purge_after, $5), ttl = $6, \
+                   response_code = NULL, response_body = NULL, checkpoint_phase = NULL, checkpoint_data = NULL \
+                 WHERE {WHERE_KEY} RETURNING k.attempt"
+            ),
             Stmt::PurgeBatch => purge_batch_sql("idem.keys"),
         }
     }
@@ -450,6 +466,67 @@ pub fn forget(client: &Client<'_, '_>, tenant: &str, key: &str) -> bool {
     prevent_if_read_only(c"DELETE");
     lock_key(tenant, key);
     !run(client, Stmt::Forget, &[tenant.into(), key.into()]).is_empty()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consumed messages
+// ---------------------------------------------------------------------------------------------
+
+/// Records the message as processed unless it was (see `store::plan_consume`). The key lock is
+/// waited for (a transaction claiming, finishing or consuming the key holds it until it ends),
+/// then the row lock (FOR NO KEY UPDATE): the decision is made on what they left, as INSERT ...
+/// ON CONFLICT waits for a conflicting insert. A read-only transaction (a hot standby) answers a
+/// processed message and refuses a new one with 25006, without taking any lock.
+pub fn consume(
+    client: &Client<'_, '_>,
+    request: &ConsumeRequest<'_>,
+    now: Micros,
+) -> Result<Consumed, errors::IdemError> {
+    let (tenant, key) = (request.tenant, request.key);
+    if read_only() {
+        let row = lookup(client, tenant, key).map(|(row, _)| row);
+        match plan_consume(row.as_ref(), false, request, now) {
+            ConsumePlan::Answer(answer) => return Ok(answer),
+            ConsumePlan::Held(error) => return Err(error),
+            ConsumePlan::Write { .. } => prevent_if_read_only(c"INSERT"),
+        }
+    }
+    let (expires_at, _) = request.times(now);
+    let hash = ConsumeRequest::request_hash();
+    loop {
+        pgrx::check_for_interrupts!();
+        // whether this transaction held the key lock before: its own attempt, then
+        let mine = try_lock_key(tenant, key) == KeyLock::AlreadyHeld;
+        lock_key(tenant, key);
+        let (row, fence) = split(lookup_for_update(client, tenant, key));
+        let (attempt, takeover) = match plan_consume(row.as_ref(), mine, request, now) {
+            ConsumePlan::Answer(answer) => return Ok(answer),
+            ConsumePlan::Held(error) => return Err(error),
+            ConsumePlan::Write { attempt, takeover } => (attempt, takeover),
+        };
+        let args = |stmt_attempt: Option<i32>| -> Vec<DatumWithOid<'_>> {
+            let mut args = vec![
+                tenant.into(),
+                key.into(),
+                hash.to_vec().into(),
+                timestamptz_arg(now),
+                timestamptz_arg(expires_at),
+                interval_arg(request.ttl_us),
+            ];
+            args.extend(stmt_attempt.map(DatumWithOid::from));
+            args
+        };
+        let written = if fence.is_some() {
+            run(client, Stmt::ConsumeUpdate, &args(Some(attempt)))
+        } else {
+            run(client, Stmt::ConsumeInsert, &args(None))
+        };
+        if first_row(written).is_some() {
+            return Ok(Consumed::New { takeover });
+        }
+        // ON CONFLICT: inserted meanwhile by a backend on the engine path (which takes no key
+        // lock) or another node; the insert waited for it, so the next round sees its row
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
