@@ -659,7 +659,7 @@ fn every_message_has_exactly_one_effect_under_redelivery_rollbacks_and_kills() {
             pids.get((n as usize * 31) % pids.len().max(1)).copied()
         };
         if let Some(pid) = victim {
-            if n % 3 == 0
+            if n.is_multiple_of(3)
                 && admin
                     .query_one("SELECT pg_terminate_backend($1)", &[&pid])
                     .map(|r| r.get::<_, bool>(0))
