@@ -43,6 +43,22 @@ SELECT * FROM show_error(format($$SELECT idem_release('errors', 'k', %s)$$, :f))
 SELECT fence AS g FROM idem_claim('errors', 'failed', 'h') \gset
 SELECT idem_fail_final('errors', 'failed', :g, 500) IS NOT NULL AS failed;
 SELECT * FROM show_error(format($$SELECT idem_assert_fence('errors', 'failed', %s)$$, :g));
+-- consumers: 22004, 22023, 54000, 55P03 (a key held by an attempt of idem_claim), 55000/P0002
+-- from idem_complete_many, naming the element
+SELECT * FROM show_error($$SELECT idem_consume(NULL, 'k')$$);
+SELECT * FROM show_error($$SELECT idem_consume('t', NULL)$$);
+SELECT * FROM show_error($$SELECT idem_consume('t', 'k', '-1 second')$$);
+SELECT * FROM show_error($$SELECT * FROM idem_consume_many('t', NULL)$$);
+SELECT * FROM show_error($$SELECT * FROM idem_consume_many('t', ARRAY['a', NULL])$$);
+SET pg_idem.max_batch_keys = 2;
+SELECT * FROM show_error($$SELECT * FROM idem_consume_many('t', ARRAY['a', 'b', 'c'])$$);
+RESET pg_idem.max_batch_keys;
+SELECT outcome FROM idem_claim('errors', 'held', 'h', lease => '1 hour');
+SELECT * FROM show_error($$SELECT idem_consume('errors', 'held')$$);
+SELECT * FROM show_error($$SELECT * FROM idem_complete_many('errors', ARRAY['a'], ARRAY[1, 2], ARRAY[200])$$);
+SELECT * FROM show_error($$SELECT * FROM idem_complete_many('errors', ARRAY['a'], ARRAY[NULL::bigint], ARRAY[200])$$);
+SELECT * FROM show_error($$SELECT * FROM idem_complete_many('errors', ARRAY['missing'], ARRAY[1], ARRAY[200])$$);
+SELECT * FROM show_error($$SELECT * FROM idem_complete_many('errors', ARRAY['held'], ARRAY[1], ARRAY[200])$$);
 -- 42501: tenants as an access boundary (a superuser passes; a plain role does not)
 CREATE ROLE regress_idem_app;
 SET pg_idem.tenant_grants = on;
