@@ -47,10 +47,22 @@ AS 'MODULE_PATHNAME', 'idem_stats_reset_wrapper';
 COMMENT ON FUNCTION idem_stats_reset() IS
 'Zero the cumulative counters (false when pg_idem is not preloaded and there are none)';
 
--- The counters idem_stats() and idem_tenant_stats() show: this server's, or on a Citus
--- coordinator of a distributed idem.keys the sum over every node that answered (src/stats.rs).
--- In schema idem: the statistics functions call them with the owner's rights; nobody else can.
-CREATE FUNCTION idem.counter_totals(
+-- What idem_stats() and idem_tenant_stats() show: this server's keys and counters, or on a
+-- Citus coordinator of a distributed idem.keys the sum over every node that answered, each node
+-- counting the shards it holds (idem.node_statistics(), src/stats.rs): a node that does not
+-- answer is left out and named instead of failing the query. In schema idem: the statistics
+-- functions call them with the owner's rights; nobody else can.
+CREATE FUNCTION idem.node_statistics() RETURNS text
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'idem_node_statistics_wrapper';
+
+CREATE FUNCTION idem.statistics(
+    OUT keys_in_progress bigint,
+    OUT keys_completed bigint,
+    OUT keys_failed bigint,
+    OUT keys_stalled bigint,
+    OUT keys_expired bigint,
+    OUT oldest_in_progress_at timestamptz,
     OUT claims bigint,
     OUT replays_completed bigint,
     OUT replays_failed bigint,
@@ -62,52 +74,40 @@ CREATE FUNCTION idem.counter_totals(
     OUT consumed bigint,
     OUT consume_duplicates bigint,
     OUT keys_purged bigint,
-    OUT since timestamptz,
+    OUT counters_since timestamptz,
     OUT nodes integer,
     OUT missing_nodes text[]
 ) RETURNS SETOF record
 LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 1
-AS 'MODULE_PATHNAME', 'idem_counter_totals_wrapper';
+AS 'MODULE_PATHNAME', 'idem_statistics_wrapper';
 
-CREATE FUNCTION idem.tenant_counter_totals(
+CREATE FUNCTION idem.tenant_statistics(
     OUT tenant text,
+    OUT keys_in_progress bigint,
+    OUT keys_completed bigint,
+    OUT keys_failed bigint,
+    OUT keys_stalled bigint,
+    OUT keys_expired bigint,
+    OUT oldest_in_progress_at timestamptz,
     OUT claims bigint,
-    OUT replays_completed bigint,
-    OUT replays_failed bigint,
+    OUT replays bigint,
     OUT in_progress bigint,
     OUT mismatches bigint,
     OUT takeovers bigint,
     OUT stale_fences bigint,
-    OUT stale_keys bigint,
     OUT consumed bigint,
     OUT consume_duplicates bigint
 ) RETURNS SETOF record
 LANGUAGE c VOLATILE PARALLEL UNSAFE
-AS 'MODULE_PATHNAME', 'idem_tenant_counter_totals_wrapper';
+AS 'MODULE_PATHNAME', 'idem_tenant_statistics_wrapper';
 
-REVOKE ALL ON FUNCTION idem.counter_totals(), idem.tenant_counter_totals() FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem.node_statistics(), idem.statistics(), idem.tenant_statistics() FROM PUBLIC;
 
 -- The SECURITY DEFINER functions below are SQL-standard bodies (BEGIN ATOMIC): every function,
 -- table and operator they use is bound when they are created, by OID. A body in a string would
 -- be parsed again at each call, so a role that controls a schema on the way (renaming public,
 -- planting a look-alike idem_counters(), or an overload that makes the name ambiguous) could
 -- make the owner's rights run its code, or break every monitor's call.
---
--- Key statistics are computed from idem.keys: one scan of the table per query. Expired keys
--- count as absent, whatever their state; stalled keys are in progress past their lease.
--- (A view's operators are bound when it is created, so the caller's search_path never matters.)
-CREATE VIEW idem.tenant_key_counts AS
-    SELECT k.tenant,
-        count(*) FILTER (WHERE k.state = 'p' AND k.expires_at >= n.t) AS in_progress,
-        count(*) FILTER (WHERE k.state = 'c' AND k.expires_at >= n.t) AS completed,
-        count(*) FILTER (WHERE k.state = 'f' AND k.expires_at >= n.t) AS failed,
-        count(*) FILTER (WHERE k.state = 'p' AND k.expires_at >= n.t AND k.lease_expires_at < n.t) AS stalled,
-        count(*) FILTER (WHERE k.expires_at < n.t) AS expired,
-        min(k.claimed_at) FILTER (WHERE k.state = 'p' AND k.expires_at >= n.t) AS oldest_in_progress_at
-    FROM idem.keys AS k, (SELECT pg_catalog.clock_timestamp() AS t) AS n
-    GROUP BY k.tenant;
-
-REVOKE ALL ON idem.tenant_key_counts FROM PUBLIC;
 
 CREATE FUNCTION idem_stats(
     OUT keys_in_progress bigint,
@@ -137,27 +137,18 @@ CREATE FUNCTION idem_stats(
 LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    WITH keys AS (
-        SELECT COALESCE(sum(t.in_progress), 0)::bigint AS in_progress,
-               COALESCE(sum(t.completed), 0)::bigint AS completed,
-               COALESCE(sum(t.failed), 0)::bigint AS failed,
-               COALESCE(sum(t.stalled), 0)::bigint AS stalled,
-               COALESCE(sum(t.expired), 0)::bigint AS expired,
-               min(t.oldest_in_progress_at) AS oldest
-        FROM idem.tenant_key_counts AS t
-    ),
-    purge AS (
+    WITH purge AS (
         SELECT p.last_pass_at, p.last_pass_keys, p.total_keys
         FROM @extschema@.idem_purge_status() AS p
         WHERE p.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
     )
-    SELECT keys.in_progress, keys.completed, keys.failed, keys.stalled, keys.expired, keys.oldest,
-           c.claims, c.replays_completed, c.replays_failed, c.in_progress, c.mismatches, c.takeovers,
-           c.stale_fences, c.stale_keys, c.keys_purged, c.since,
+    SELECT s.keys_in_progress, s.keys_completed, s.keys_failed, s.keys_stalled, s.keys_expired,
+           s.oldest_in_progress_at,
+           s.claims, s.replays_completed, s.replays_failed, s.in_progress, s.mismatches, s.takeovers,
+           s.stale_fences, s.stale_keys, s.keys_purged, s.counters_since,
            purge.last_pass_at, purge.last_pass_keys, purge.total_keys,
-           c.consumed, c.consume_duplicates, c.nodes, c.missing_nodes
-    FROM keys
-    CROSS JOIN idem.counter_totals() AS c
+           s.consumed, s.consume_duplicates, s.nodes, s.missing_nodes
+    FROM idem.statistics() AS s
     LEFT JOIN purge ON true;
 END;
 
@@ -184,13 +175,10 @@ CREATE FUNCTION idem_tenant_stats(
 LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT COALESCE(t.tenant, c.tenant),
-           COALESCE(t.in_progress, 0), COALESCE(t.completed, 0), COALESCE(t.failed, 0),
-           COALESCE(t.stalled, 0), COALESCE(t.expired, 0), t.oldest_in_progress_at,
-           c.claims, c.replays_completed OPERATOR(pg_catalog.+) c.replays_failed, c.in_progress,
-           c.mismatches, c.takeovers, c.stale_fences, c.consumed, c.consume_duplicates
-    FROM idem.tenant_key_counts AS t
-    FULL JOIN idem.tenant_counter_totals() AS c ON c.tenant OPERATOR(pg_catalog.=) t.tenant
+    SELECT s.tenant, s.keys_in_progress, s.keys_completed, s.keys_failed, s.keys_stalled,
+           s.keys_expired, s.oldest_in_progress_at, s.claims, s.replays, s.in_progress,
+           s.mismatches, s.takeovers, s.stale_fences, s.consumed, s.consume_duplicates
+    FROM idem.tenant_statistics() AS s
     ORDER BY 1;
 END;
 

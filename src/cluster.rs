@@ -1,7 +1,7 @@
 //! Citus: what this node knows of the cluster it belongs to, and what a coordinator asks of the
 //! others. No policy: the key store, the tenant check and `idem_purge()` decide what to do with
-//! it. With idem.keys distributed by tenant, every node purges the shards placed on it
-//! (`store::purge_targets`); a purge asked for on the coordinator is sent on to every worker
+//! it. With idem.keys distributed by tenant, every node purges and counts the shards placed on
+//! it (`local_key_tables`); a purge asked for on the coordinator is sent on to every worker
 //! node, so that one call purges the whole cluster.
 
 use pgrx::datum::DatumWithOid;
@@ -111,4 +111,27 @@ pub fn on_every_node(command: &str) -> Vec<NodeAnswer> {
             })
             .collect()
     })
+}
+
+/// The tables that hold this node's keys: idem.keys, or, when Citus distributes it, the shards
+/// of idem.keys placed on this node (a shard is a plain table where it lives: each node purges
+/// and counts its own). Shard names come from Citus's shard_name(), quoted by it.
+pub fn local_key_tables(client: &sql::Client<'_, '_>) -> Vec<String> {
+    if !keys_are_distributed() {
+        return vec!["idem.keys".to_string()];
+    }
+    const LOCAL_SHARDS: &str = "SELECT pg_catalog.shard_name(s.logicalrelid, s.shardid) \
+         FROM pg_catalog.pg_dist_shard AS s \
+         JOIN pg_catalog.pg_dist_placement AS p ON p.shardid OPERATOR(pg_catalog.=) s.shardid \
+         WHERE s.logicalrelid OPERATOR(pg_catalog.=) 'idem.keys'::pg_catalog.regclass \
+           AND p.groupid OPERATOR(pg_catalog.=) (SELECT g.groupid FROM pg_catalog.pg_dist_local_group AS g) \
+         ORDER BY s.shardid";
+    client
+        .run(LOCAL_SHARDS, &[])
+        .map(|row| {
+            row.get::<String>(1)
+                .unwrap_or_else(|e| errors::internal("reading a shard name", e).raise())
+                .unwrap_or_else(|| errors::internal("reading a shard name", "NULL").raise())
+        })
+        .collect()
 }

@@ -3,7 +3,10 @@
 //! Without the preload there is no shared memory to keep them in: recording is a no-op and the
 //! SQL functions report NULL counters.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
 
 use pgrx::prelude::*;
 
@@ -245,7 +248,7 @@ fn counter(n: u64) -> i64 {
 
 /// The event counters as SQL shows them, in the order of their columns in idem_counters() and
 /// idem_tenant_counters() (sql/stats.sql): the column's name, and what it counts. The names are
-/// also the keys of the JSON each node of a Citus cluster answers with (`cluster_totals`).
+/// also the names of the columns that idem_stats() and idem_tenant_stats() show.
 const COUNTER_COLUMNS: [(&str, Event); EVENT_COUNT] = [
     ("claims", Event::Claimed),
     ("replays_completed", Event::ReplayCompleted),
@@ -354,8 +357,116 @@ fn idem_tenant_counters() -> TableIterator<
 }
 
 // ---------------------------------------------------------------------------------------------
-// Cluster-wide totals, for idem_stats() and idem_tenant_stats()
+// Statistics of a node, and of a cluster: what idem_stats() and idem_tenant_stats() show
 // ---------------------------------------------------------------------------------------------
+
+/// The keys of one tenant by state. Expired keys count as expired whatever their state;
+/// stalled keys are in progress past their lease.
+#[derive(Clone, Copy, Default, Serialize, Deserialize)]
+struct KeyCounts {
+    in_progress: i64,
+    completed: i64,
+    failed: i64,
+    stalled: i64,
+    expired: i64,
+    /// the oldest attempt in progress (claimed_at, TimestampTz)
+    oldest_in_progress: Option<i64>,
+}
+
+impl KeyCounts {
+    fn add(&mut self, other: &KeyCounts) {
+        self.in_progress += other.in_progress;
+        self.completed += other.completed;
+        self.failed += other.failed;
+        self.stalled += other.stalled;
+        self.expired += other.expired;
+        self.oldest_in_progress = match (self.oldest_in_progress, other.oldest_in_progress) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
+/// What one node knows: its keys per tenant (from the tables that hold them there), and its
+/// counters in total and per tenant (from its shared memory). A Citus coordinator asks every
+/// node for this (`idem.node_statistics()`, as JSON) and sums what the nodes answer, so that a
+/// node that does not answer is left out of the sum and named, instead of failing the query.
+#[derive(Default, Serialize, Deserialize)]
+struct NodeStatistics {
+    keys: Vec<(String, KeyCounts)>,
+    counters: Values,
+    purged: Option<i64>,
+    /// when the counters started (TimestampTz): the server's start or the last reset
+    since: Option<i64>,
+    tenants: Vec<(Option<String>, Values)>,
+}
+
+/// Key counts per tenant of one table holding keys: idem.keys, or a shard of it (a name from
+/// `cluster::local_key_tables`, never a value from a caller). One scan of the table.
+fn key_counts_sql(table: &str) -> String {
+    format!(
+        "SELECT k.tenant, \
+           pg_catalog.count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) $1), \
+           pg_catalog.count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'c' AND k.expires_at OPERATOR(pg_catalog.>=) $1), \
+           pg_catalog.count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'f' AND k.expires_at OPERATOR(pg_catalog.>=) $1), \
+           pg_catalog.count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) $1 \
+                                        AND k.lease_expires_at OPERATOR(pg_catalog.<) $1), \
+           pg_catalog.count(*) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.<) $1), \
+           pg_catalog.min(k.claimed_at) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) $1) \
+         FROM {table} AS k GROUP BY k.tenant"
+    )
+}
+
+/// A column of a key count row; a failed read is an internal error (the query fixes the types).
+fn read<T>(column: Result<Option<T>, pgrx::spi::SpiError>) -> Option<T> {
+    column.unwrap_or_else(|e| crate::errors::internal("counting keys", e).raise())
+}
+
+/// This node's statistics.
+fn node_statistics() -> NodeStatistics {
+    let now = crate::time::clock();
+    let mut by_tenant: BTreeMap<String, KeyCounts> = BTreeMap::new();
+    crate::sql::with_client(|client| {
+        for table in crate::cluster::local_key_tables(client) {
+            let rows = client.run(&key_counts_sql(&table), &[crate::sql::timestamptz_arg(now)]);
+            for row in rows {
+                pgrx::check_for_interrupts!();
+                let tenant: String = read(row.get::<String>(1)).unwrap_or_else(|| {
+                    crate::errors::internal("counting keys", "a key without a tenant").raise()
+                });
+                let count = |n| read(row.get::<i64>(n)).unwrap_or(0);
+                let counts = KeyCounts {
+                    in_progress: count(2),
+                    completed: count(3),
+                    failed: count(4),
+                    stalled: count(5),
+                    expired: count(6),
+                    oldest_in_progress: read(row.get::<TimestampWithTimeZone>(7))
+                        .map(|t| t.into_inner()),
+                };
+                by_tenant.entry(tenant).or_default().add(&counts);
+            }
+        }
+    });
+    let (counters, purged, since) = local_totals();
+    NodeStatistics {
+        keys: by_tenant.into_iter().collect(),
+        counters,
+        purged,
+        since: since.map(|s| s.into_inner()),
+        tenants: tenant_snapshot()
+            .into_iter()
+            .map(|(tenant, events)| (tenant, values(Some(&events))))
+            .collect(),
+    }
+}
+
+/// `idem.node_statistics()`: this node's statistics as JSON, for a coordinator that sums them.
+#[pg_extern(sql = false)]
+fn idem_node_statistics() -> String {
+    serde_json::to_string(&node_statistics())
+        .unwrap_or_else(|e| crate::errors::internal("writing a node's statistics", e).raise())
+}
 
 /// Adds a node's value to a total; a node without counters (NULL) adds nothing.
 fn add(total: &mut Option<i64>, value: Option<i64>) {
@@ -364,76 +475,91 @@ fn add(total: &mut Option<i64>, value: Option<i64>) {
     }
 }
 
-/// The counters of one node's JSON row (idem_counters() or idem_tenant_counters() there).
-fn values_of_json(row: &serde_json::Value) -> Values {
-    COUNTER_COLUMNS.map(|(name, _)| row.get(name).and_then(serde_json::Value::as_i64))
+fn add_values(total: &mut Values, values: &Values) {
+    for (t, v) in total.iter_mut().zip(values) {
+        add(t, *v);
+    }
 }
 
-/// Seconds since 1970 as PostgreSQL's TimestampTz (microseconds since 2000).
-fn from_unix_seconds(seconds: f64) -> Option<TimestampWithTimeZone> {
-    const UNIX_TO_PG_EPOCH_S: f64 = 946_684_800.0;
-    let micros = ((seconds - UNIX_TO_PG_EPOCH_S) * 1_000_000.0).round();
-    micros
-        .is_finite()
-        .then(|| crate::time::timestamptz(micros as i64))
+/// The statistics idem_stats() and idem_tenant_stats() show: this server's, or on a Citus
+/// coordinator of a distributed idem.keys the sum over every node that answered (each node
+/// holds its tenants' keys and counts what ran there; delegated calls run on the workers); with
+/// how many nodes are in the sum, and which did not answer. `since` is then the latest start or
+/// reset among the nodes summed: every one of them has been counting since.
+struct Statistics {
+    keys: BTreeMap<String, KeyCounts>,
+    counters: Values,
+    purged: Option<i64>,
+    since: Option<i64>,
+    tenants: BTreeMap<Option<String>, Values>,
+    nodes: i32,
+    missing: Vec<String>,
 }
 
-/// The counters for idem_stats(): this server's, or, on a Citus coordinator of a distributed
-/// idem.keys, the sum over every node that answered (each node counts what ran there, and
-/// delegated calls run on the workers); with how many nodes were summed, which did not answer,
-/// and since when every summed node has been counting (the latest start or reset among them).
-fn totals() -> (
-    Values,
-    Option<i64>,
-    Option<TimestampWithTimeZone>,
-    i32,
-    Vec<String>,
-) {
-    if !crate::cluster::coordinator_of_distributed_keys() {
-        let (v, purged, since) = local_totals();
-        let nodes = i32::from(since.is_some());
-        return (v, purged, since, nodes, Vec::new());
-    }
-    let mut total: Values = [None; EVENT_COUNT];
-    let (mut purged, mut since, mut nodes, mut missing) = (None, None::<f64>, 0, Vec::new());
-    let command = "SELECT pg_catalog.row_to_json(c) FROM (SELECT x.*, \
-         pg_catalog.date_part('epoch', x.since) AS since_epoch FROM %I.idem_counters() AS x) AS c";
-    for answer in crate::cluster::on_every_node(command) {
-        let parsed = answer
-            .result
-            .and_then(|r| serde_json::from_str::<serde_json::Value>(&r).ok())
-            .filter(|row| row.get("claims").is_some_and(|c| !c.is_null()));
-        let Some(row) = parsed else {
-            missing.push(answer.node);
-            continue;
-        };
-        for (t, v) in total.iter_mut().zip(values_of_json(&row)) {
-            add(t, v);
+fn statistics() -> Statistics {
+    let (answers, missing) = if crate::cluster::coordinator_of_distributed_keys() {
+        let mut answers = Vec::new();
+        let mut missing = Vec::new();
+        // `idem` is the extension's own schema (created and owned by it), never relocated
+        for answer in crate::cluster::on_every_node("SELECT idem.node_statistics()") {
+            match answer
+                .result
+                .and_then(|r| serde_json::from_str::<NodeStatistics>(&r).ok())
+            {
+                Some(node) => answers.push(node),
+                None => missing.push(answer.node),
+            }
         }
-        add(
-            &mut purged,
-            row.get("keys_purged").and_then(serde_json::Value::as_i64),
-        );
-        if let Some(s) = row.get("since_epoch").and_then(serde_json::Value::as_f64) {
-            since = Some(since.map_or(s, |t| t.max(s)));
-        }
-        nodes += 1;
-    }
-    (
-        total,
-        purged,
-        since.and_then(from_unix_seconds),
-        nodes,
+        (answers, missing)
+    } else {
+        (vec![node_statistics()], Vec::new())
+    };
+    let mut total = Statistics {
+        keys: BTreeMap::new(),
+        counters: [None; EVENT_COUNT],
+        purged: None,
+        since: None,
+        tenants: BTreeMap::new(),
+        // the nodes whose counters are in the sum: none without the preload (NULL counters)
+        nodes: answers.iter().filter(|n| n.since.is_some()).count() as i32,
         missing,
-    )
+    };
+    for node in answers {
+        for (tenant, counts) in &node.keys {
+            total.keys.entry(tenant.clone()).or_default().add(counts);
+        }
+        add_values(&mut total.counters, &node.counters);
+        add(&mut total.purged, node.purged);
+        total.since = total.since.max(node.since);
+        for (tenant, values) in &node.tenants {
+            add_values(
+                total
+                    .tenants
+                    .entry(tenant.clone())
+                    .or_insert([None; EVENT_COUNT]),
+                values,
+            );
+        }
+    }
+    total
 }
 
-/// `idem.counter_totals()`: the counters idem_stats() shows (see `totals`).
+fn timestamp(micros: Option<i64>) -> Option<TimestampWithTimeZone> {
+    micros.map(crate::time::timestamptz)
+}
+
+/// `idem.statistics()`: the keys by state and the counters, in total (see `statistics`).
 #[pg_extern(sql = false)]
 #[allow(clippy::type_complexity)]
-fn idem_counter_totals() -> TableIterator<
+fn idem_statistics() -> TableIterator<
     'static,
     (
+        name!(keys_in_progress, i64),
+        name!(keys_completed, i64),
+        name!(keys_failed, i64),
+        name!(keys_stalled, i64),
+        name!(keys_expired, i64),
+        name!(oldest_in_progress_at, Option<TimestampWithTimeZone>),
         name!(claims, Option<i64>),
         name!(replays_completed, Option<i64>),
         name!(replays_failed, Option<i64>),
@@ -445,69 +571,97 @@ fn idem_counter_totals() -> TableIterator<
         name!(consumed, Option<i64>),
         name!(consume_duplicates, Option<i64>),
         name!(keys_purged, Option<i64>),
-        name!(since, Option<TimestampWithTimeZone>),
+        name!(counters_since, Option<TimestampWithTimeZone>),
         name!(nodes, i32),
         name!(missing_nodes, Vec<String>),
     ),
 > {
-    let (v, purged, since, nodes, missing) = totals();
-    let c = row(v);
+    let s = statistics();
+    let mut keys = KeyCounts::default();
+    for counts in s.keys.values() {
+        keys.add(counts);
+    }
+    let c = row(s.counters);
     TableIterator::once((
-        c.0, c.1, c.2, c.3, c.4, c.5, c.6, c.7, c.8, c.9, purged, since, nodes, missing,
+        keys.in_progress,
+        keys.completed,
+        keys.failed,
+        keys.stalled,
+        keys.expired,
+        timestamp(keys.oldest_in_progress),
+        c.0,
+        c.1,
+        c.2,
+        c.3,
+        c.4,
+        c.5,
+        c.6,
+        c.7,
+        c.8,
+        c.9,
+        s.purged,
+        timestamp(s.since),
+        s.nodes,
+        s.missing,
     ))
 }
 
-/// `idem.tenant_counter_totals()`: the counters per tenant idem_tenant_stats() shows: this
-/// server's, or on a Citus coordinator of a distributed idem.keys summed over every node that
-/// answered (idem_stats() says which did not).
+/// `idem.tenant_statistics()`: the keys by state and the counters per tenant (see
+/// `statistics`), by tenant; the counters of tenants past the first 1024 a node saw come in a
+/// row with a NULL tenant.
 #[pg_extern(sql = false)]
 #[allow(clippy::type_complexity)]
-fn idem_tenant_counter_totals() -> TableIterator<
+fn idem_tenant_statistics() -> TableIterator<
     'static,
     (
         name!(tenant, Option<String>),
+        name!(keys_in_progress, i64),
+        name!(keys_completed, i64),
+        name!(keys_failed, i64),
+        name!(keys_stalled, i64),
+        name!(keys_expired, i64),
+        name!(oldest_in_progress_at, Option<TimestampWithTimeZone>),
         name!(claims, Option<i64>),
-        name!(replays_completed, Option<i64>),
-        name!(replays_failed, Option<i64>),
+        name!(replays, Option<i64>),
         name!(in_progress, Option<i64>),
         name!(mismatches, Option<i64>),
         name!(takeovers, Option<i64>),
         name!(stale_fences, Option<i64>),
-        name!(stale_keys, Option<i64>),
         name!(consumed, Option<i64>),
         name!(consume_duplicates, Option<i64>),
     ),
 > {
-    let rows: Vec<(Option<String>, Values)> = if crate::cluster::coordinator_of_distributed_keys() {
-        let command = "SELECT pg_catalog.json_agg(c) FROM %I.idem_tenant_counters() AS c";
-        let mut by_tenant: std::collections::BTreeMap<Option<String>, Values> =
-            std::collections::BTreeMap::new();
-        for answer in crate::cluster::on_every_node(command) {
-            let rows = answer
-                .result
-                .and_then(|r| serde_json::from_str::<Vec<serde_json::Value>>(&r).ok())
-                .unwrap_or_default();
-            for row in rows {
-                let tenant = row
-                    .get("tenant")
-                    .and_then(serde_json::Value::as_str)
-                    .map(str::to_owned);
-                let total = by_tenant.entry(tenant).or_insert([None; EVENT_COUNT]);
-                for (t, v) in total.iter_mut().zip(values_of_json(&row)) {
-                    add(t, v);
-                }
-            }
-        }
-        by_tenant.into_iter().collect()
-    } else {
-        tenant_snapshot()
-            .into_iter()
-            .map(|(tenant, events)| (tenant, values(Some(&events))))
-            .collect()
-    };
-    TableIterator::new(rows.into_iter().map(|(tenant, v)| {
+    let mut s = statistics();
+    let mut tenants: BTreeMap<Option<String>, (KeyCounts, Values)> = BTreeMap::new();
+    for (tenant, counts) in std::mem::take(&mut s.keys) {
+        tenants.entry(Some(tenant)).or_default().0 = counts;
+    }
+    for (tenant, values) in std::mem::take(&mut s.tenants) {
+        tenants.entry(tenant).or_default().1 = values;
+    }
+    TableIterator::new(tenants.into_iter().map(|(tenant, (k, v))| {
         let c = row(v);
-        (tenant, c.0, c.1, c.2, c.3, c.4, c.5, c.6, c.7, c.8, c.9)
+        let replays = match (c.1, c.2) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        (
+            tenant,
+            k.in_progress,
+            k.completed,
+            k.failed,
+            k.stalled,
+            k.expired,
+            timestamp(k.oldest_in_progress),
+            c.0,
+            replays,
+            c.3,
+            c.4,
+            c.5,
+            c.6,
+            c.8,
+            c.9,
+        )
     }))
 }
 

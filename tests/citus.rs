@@ -741,6 +741,59 @@ fn statistics_read_on_the_coordinator_cover_the_cluster() {
         in_progress, 20,
         "idem_stats() counts the keys of every node"
     );
+    // and its counters are the sum of every node's: 20 claims, 10 of them delegated to the
+    // workers, 2 mismatches there; all three nodes answered
+    let row = db
+        .query_one(
+            "SELECT claims, mismatches, counters_nodes, counters_missing_nodes FROM idem_stats()",
+            &[],
+        )
+        .unwrap();
+    let totals: (i64, i64, i32, Vec<String>) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    assert_eq!(totals, (20, 2, 3, vec![]), "cluster-wide counters");
+    let per_tenant: Vec<(String, i64, i64)> = db
+        .query(
+            "SELECT tenant, claims, mismatches FROM idem_tenant_stats() ORDER BY tenant",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let mut expected: Vec<(String, i64, i64)> =
+        tenants.iter().map(|t| (t.clone(), 10, 1)).collect();
+    expected.sort();
+    assert_eq!(
+        per_tenant, expected,
+        "per-tenant counters of every node, summed"
+    );
+    // messages consumed on the workers, delegated by tenant, are counted there and in the sum
+    for tenant in &tenants {
+        for key in ["m1", "m2", "m1"] {
+            db.execute("SELECT idem_consume($1, $2)", &[tenant, &key])
+                .unwrap();
+        }
+    }
+    let row = db
+        .query_one("SELECT consumed, consume_duplicates FROM idem_stats()", &[])
+        .unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (4, 2));
+    // a node that does not answer is left out of the sum, and named
+    let stopped = &cluster.workers[1];
+    stopped.stop("fast");
+    let row = db
+        .query_one(
+            "SELECT claims, keys_in_progress, counters_nodes, counters_missing_nodes FROM idem_stats()",
+            &[],
+        )
+        .unwrap();
+    let partial: (i64, i64, i32, Vec<String>) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    assert_eq!(
+        partial,
+        (15, 10, 2, vec![format!("127.0.0.1:{}", stopped.port)]),
+        "the sum of the nodes that answered, and the one that did not"
+    );
+    stopped.start_again();
     let tenants_seen: i64 = db
         .query_one(
             "SELECT count(*) FROM idem_tenant_stats() WHERE keys_in_progress = 10",

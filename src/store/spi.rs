@@ -571,7 +571,8 @@ pub struct PurgeBatch {
     pub more: bool,
 }
 
-/// Where a purge pass has got to: which of the tables it walks (`purge_targets`), and where in
+/// Where a purge pass has got to: which of the tables it walks (`cluster::local_key_tables`:
+/// the shards of idem.keys this node holds, when Citus distributes it), and where in
 /// that table's purge_after index. Batches of one pass continue from there instead of walking
 /// again over the index entries of rows they already deleted (which stay in the index until
 /// VACUUM, and cannot even be skipped cheaply inside one transaction).
@@ -591,31 +592,6 @@ impl PurgeCursor {
     }
 }
 
-/// The tables a purge walks: idem.keys, or, when Citus distributes it, the shards of idem.keys
-/// placed on this node (each node purges its own; a shard is a plain table where it lives, so
-/// the batch's FOR UPDATE SKIP LOCKED works there as on one server). Shard names come from
-/// Citus's shard_name(), quoted by it.
-fn purge_targets(client: &Client<'_, '_>) -> Vec<String> {
-    if !cluster::keys_are_distributed() {
-        return vec!["idem.keys".to_string()];
-    }
-    const LOCAL_SHARDS: &str = "SELECT pg_catalog.shard_name(s.logicalrelid, s.shardid) \
-         FROM pg_catalog.pg_dist_shard AS s \
-         JOIN pg_catalog.pg_dist_placement AS p ON p.shardid OPERATOR(pg_catalog.=) s.shardid \
-         WHERE s.logicalrelid OPERATOR(pg_catalog.=) 'idem.keys'::pg_catalog.regclass \
-           AND p.groupid OPERATOR(pg_catalog.=) (SELECT g.groupid FROM pg_catalog.pg_dist_local_group AS g) \
-         ORDER BY s.shardid";
-    let table = client.run(LOCAL_SHARDS, &[]);
-    table
-        .map(|row| {
-            let name = row
-                .get::<String>(1)
-                .unwrap_or_else(|e| errors::internal("reading a shard name", e).raise());
-            not_null(name, "shard_name")
-        })
-        .collect()
-}
-
 /// One purge batch in the caller's transaction: looks at up to `limit` keys whose purge_after
 /// has passed, from `cursor` on, skipping any row another transaction has locked, deletes the
 /// purgeable ones and re-arms the rest. The work is bounded by `limit`, however large the
@@ -626,7 +602,7 @@ pub fn purge_batch(
     limit: i64,
     cursor: PurgeCursor,
 ) -> PurgeBatch {
-    let targets = purge_targets(client);
+    let targets = cluster::local_key_tables(client);
     let Some(target) = targets.get(cursor.target) else {
         return PurgeBatch {
             deleted: 0,
