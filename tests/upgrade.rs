@@ -267,6 +267,38 @@ fn update_from_the_released_version_keeps_every_key() {
         .query_one("SELECT keys_completed FROM idem_stats()", &[])
         .unwrap();
     assert!(stats.get::<_, i64>(0) >= 1);
+    // 0.4.0: a message consumer sees keys completed before the update as processed, and new
+    // messages as new
+    let consumed = |db: &mut Client, key: &str| -> bool {
+        db.query_one("SELECT idem_consume('acme', $1)", &[&key])
+            .unwrap()
+            .get(0)
+    };
+    assert!(
+        !consumed(&mut db, "done"),
+        "a key completed before the update"
+    );
+    assert!(consumed(&mut db, "message-1"));
+    assert!(!consumed(&mut db, "message-1"));
+    // 0.4.0: the request path runs with the caller's rights (no SECURITY DEFINER, no SET)
+    let definers: Vec<String> = db
+        .query(
+            "SELECT p.proname::text FROM pg_proc p \
+              JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e' \
+              JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_idem' \
+             WHERE p.proname IN ('idem_claim', 'idem_complete', 'idem_fail_final', 'idem_release', \
+                                 'idem_heartbeat', 'idem_checkpoint', 'idem_assert_fence', 'idem_consume') \
+               AND (p.prosecdef OR p.proconfig IS NOT NULL)",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        definers.is_empty(),
+        "still SECURITY DEFINER or SET after the update: {definers:?}"
+    );
 
     // the upgraded schema is a fresh install's
     db.batch_execute("CREATE DATABASE fresh").unwrap();
