@@ -281,6 +281,43 @@ fn hostile_session_runs_everything(server: &Server) {
         &[],
     )
     .unwrap();
+    // the consumer functions (0.4.0): a new message, a duplicate, a batch, a batch completed
+    let consumed: bool = app
+        .query_one("SELECT idem_consume('t', 'msg-1')", &[])
+        .unwrap()
+        .get(0);
+    assert!(consumed);
+    let again: bool = app
+        .query_one("SELECT idem_consume('t', 'msg-1')", &[])
+        .unwrap()
+        .get(0);
+    assert!(!again);
+    let new: Vec<String> = app
+        .query(
+            "SELECT * FROM idem_consume_many('t', ARRAY['msg-1', 'msg-2', 'msg-2'])",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(new, vec!["msg-2".to_string()]);
+    let batch: Vec<i64> = app
+        .query(
+            "SELECT fence FROM idem_claim_many('t', ARRAY['b1', 'b2'], ARRAY['h', 'h'])",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let completed = app
+        .query(
+            "SELECT * FROM idem_complete_many('t', ARRAY['b1', 'b2'], $1, ARRAY[200, 201])",
+            &[&batch],
+        )
+        .unwrap();
+    assert_eq!(completed.len(), 2);
     assert_eq!(who(&mut app), before, "the session's user and search_path");
     // nothing of the role's own leaked into idem.*, and it gained no access
     for table in ["idem.keys", "idem.watermarks", "idem.tenant_grants"] {
