@@ -17,6 +17,9 @@ const TENANT_CALLS: &[&str] = &[
     "SELECT * FROM idem_claim_seq('$T', 's', 1)",
     "SELECT idem_watermark('$T', 's')",
     "SELECT idem_reset_watermark('$T', 's', 0)",
+    "SELECT idem_consume('$T', 'm')",
+    "SELECT * FROM idem_consume_many('$T', ARRAY['m'])",
+    "SELECT * FROM idem_complete_many('$T', ARRAY['k'], ARRAY[1::bigint], ARRAY[200])",
 ];
 
 fn setup(server: &Server) {
