@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what pg_idem needs and is missing, and nothing else: Debian's PostgreSQL 15 with its
 # server headers, clang for bindgen, sudo (pgrx's test runner uses it), python3-venv and Node.js
-# for the client examples; the other supported PostgreSQL versions from PyPI (see
+# for the client examples, faketime for the failover tests; the other supported PostgreSQL versions from PyPI (see
 # scripts/lib/versions.sh); cargo-pgrx 0.18.1; and pgrx's record of where each PostgreSQL lives.
 # Safe to run again: every step checks first.
 #
@@ -21,7 +21,8 @@ wanted=("$@")
 [ "${#wanted[@]}" = 0 ] && wanted=(15)
 [ "${wanted[*]}" = all ] && wanted=("${SUPPORTED_PG[@]}")
 
-packages=(postgresql-15 postgresql-server-dev-15 postgresql-client-15 libclang-dev clang sudo python3-venv)
+# faketime: the failover tests set a standby's clock back (tests/failover.rs; they skip without it)
+packages=(postgresql-15 postgresql-server-dev-15 postgresql-client-15 libclang-dev clang sudo python3-venv faketime)
 command -v node >/dev/null || packages+=(nodejs)
 command -v npm >/dev/null || packages+=(npm)
 missing=()
