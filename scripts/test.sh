@@ -17,6 +17,7 @@
 #   golden         messages, declarations, usage        tests/pg_regress/run.sh (full only)
 #   isolation      deterministic interleavings          tests/isolation/run.sh (full only)
 #   examples       the Python and Node.js examples       examples/run.sh (full only)
+# and, once every version is installed, pg_upgrade from 14 to 18 (tests/pg_upgrade.rs);
 # and once: lint (cargo fmt --check, cargo clippy -D warnings, META.json's version), the
 # benchmark runner in smoke mode (15), and the package: the .deb built, installed with apt-get
 # on Debian's PostgreSQL 15, the demo run against it, the package removed again.
@@ -151,6 +152,12 @@ for major in "${versions[@]}"; do
 done
 if [[ " ${versions[*]} " == *" 15 "* ]]; then
     step package package
+fi
+# pg_upgrade from the oldest to the newest supported PostgreSQL, both installed by the loop above
+if [[ " ${versions[*]} " == *" 14 "* && " ${versions[*]} " == *" 18 "* ]]; then
+    step pg14-to-pg18-upgrade env PG_IDEM_UPGRADE_OLD_BINDIR="$(pg_bindir 14)" \
+        PG_IDEM_UPGRADE_NEW_BINDIR="$(pg_bindir 18)" \
+        cargo test -p pg_idem_tests --test pg_upgrade -- --nocapture
 fi
 
 echo

@@ -9,8 +9,19 @@
 //!
 //! A purge worker connects to its database and, every `pg_idem.purge_interval`, runs a pass:
 //! batches of at most `pg_idem.purge_batch_size` keys, each its own short transaction, through
-//! the same code as `idem_purge()`, checking for SIGTERM between batches. Where pg_idem is not
+//! the same code as `idem_purge()`, checking for SIGTERM between batches (and, see below, in a
+//! batch that waits inside PostgreSQL). Where pg_idem is not
 //! installed (yet) it says so once in the log and looks again every interval.
+//!
+//! In binary-upgrade mode (pg_upgrade starts the old and the new server with `-b`) nothing of
+//! this runs: pg_upgrade reads the old cluster's next transaction ID before it starts the old
+//! server and hands it to the new cluster, so any transaction committed meanwhile would have its
+//! XID reused there (PostgreSQL keeps autovacuum off in that mode for the same reason).
+//!
+//! SIGTERM is PostgreSQL's own `die`: it sets ProcDiePending and the latch, so a worker waiting
+//! inside PostgreSQL (a lock, a long statement) leaves at its next CHECK_FOR_INTERRUPTS, with
+//! the transaction rolled back, while a worker waiting for its latch between transactions sees
+//! the flag and exits without an error.
 
 use std::ffi::CString;
 use std::time::{Duration, Instant};
@@ -149,8 +160,17 @@ static SLOTS: PgLwLock<PurgeSlots> = unsafe { PgLwLock::new(c"pg_idem purge work
 
 /// Requests the shared memory and registers the launcher. Only from `_PG_init` while preloading.
 pub fn register() {
+    // the shared memory is requested either way: idem_purge_status() reads it
     pg_shmem_init!(SLOTS);
     if guc::databases().is_empty() {
+        return;
+    }
+    if binary_upgrade() {
+        log!(
+            "pg_idem: not starting the purge launcher: the server runs in binary-upgrade mode (pg_upgrade), \
+             where a purge would commit transactions whose IDs the upgraded cluster reuses; purging resumes \
+             at the next normal start"
+        );
         return;
     }
     BackgroundWorkerBuilder::new("pg_idem launcher")
@@ -160,6 +180,91 @@ pub fn register() {
         .enable_spi_access()
         .set_restart_time(Some(Duration::from_secs(5)))
         .load();
+}
+
+/// Whether the server was started in binary-upgrade mode (`postgres -b`, as pg_upgrade starts
+/// both the old and the new cluster).
+fn binary_upgrade() -> bool {
+    // SAFETY: a plain bool the postmaster sets from its command line before it loads
+    // shared_preload_libraries and never changes afterwards; every child inherits it on fork.
+    unsafe { pg_sys::IsBinaryUpgrade }
+}
+
+/// Ends a launcher or purge worker that finds itself in binary-upgrade mode, before it starts
+/// any transaction. Defensive: `register` does not start the launcher in that mode, so this
+/// only runs if a worker got started some other way. Exit code 0 unregisters it, so the
+/// postmaster does not start it again during the upgrade.
+fn leave_if_binary_upgrade(who: &str) {
+    if binary_upgrade() {
+        log!(
+            "{who}: staying idle and exiting: the server runs in binary-upgrade mode (pg_upgrade), \
+             where a purge would commit transactions whose IDs the upgraded cluster reuses"
+        );
+        // SAFETY: ends this worker process the way PostgreSQL expects; no transaction is open.
+        unsafe { pg_sys::proc_exit(0) };
+    }
+}
+
+unsafe extern "C-unwind" {
+    /// PostgreSQL's SIGTERM handler for backends (tcop/postgres.c), declared here by its C
+    /// symbol: pgrx's `pg_sys::die` is a Rust wrapper (with an error boundary), not a function a
+    /// signal handler pointer may name.
+    #[link_name = "die"]
+    fn postgres_die(postgres_signal_arg: std::ffi::c_int);
+}
+
+/// Installs the signal handlers of the launcher and the purge workers, and unblocks signals.
+///
+/// SIGTERM gets PostgreSQL's `die` instead of pgrx's handler (which only sets a flag of its own
+/// and the latch): `die` also sets InterruptPending and ProcDiePending, so that a wait inside
+/// PostgreSQL (a lock wait, a long statement) ends at its next CHECK_FOR_INTERRUPTS with
+/// `FATAL: terminating background worker ... due to administrator command`, its transaction
+/// rolled back, instead of waiting on while the postmaster waits for this process to exit.
+/// Between transactions `wait_latch` notices ProcDiePending first and the worker exits cleanly.
+/// SIGHUP keeps pgrx's handler (`sighup_received`).
+fn attach_signal_handlers() {
+    // SAFETY: the postmaster starts a background worker with signals blocked, so SIGTERM cannot
+    // arrive before its handler is in place; `die` is PostgreSQL's handler for exactly this
+    // signal in backends (only async-signal-safe work: two flags and SetLatch), and has the
+    // signature pqsignal expects. pgrx's attach_signal_handlers then unblocks the signals.
+    unsafe {
+        #[cfg(not(feature = "pg18"))]
+        pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(postgres_die));
+        #[cfg(feature = "pg18")]
+        pg_sys::pqsignal_be(pg_sys::SIGTERM as i32, Some(postgres_die));
+    }
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP);
+}
+
+/// Whether SIGTERM (pg_terminate_backend, a shutdown) asked this process to exit.
+fn shutdown_requested() -> bool {
+    // SAFETY: a sig_atomic_t the signal handler sets; a volatile read of a process global.
+    unsafe { std::ptr::read_volatile(&raw const pg_sys::ProcDiePending) != 0 }
+}
+
+/// Waits until the latch is set or `timeout` passed; false when the process must exit (SIGTERM,
+/// or the postmaster died). Replaces pgrx's `BackgroundWorker::wait_latch`, which learns of
+/// SIGTERM only through pgrx's own handler, and whose CHECK_FOR_INTERRUPTS would turn the
+/// pending `die` into a FATAL here, between transactions, where a plain exit is due.
+fn wait_latch(timeout: Duration) -> bool {
+    if shutdown_requested() {
+        return false;
+    }
+    let events = (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_POSTMASTER_DEATH) as i32;
+    let millis = timeout.as_millis().min(i32::MAX as u128) as std::ffi::c_long;
+    // SAFETY: MyLatch is this process's latch, set up before the worker's main function runs;
+    // WaitLatch and ResetLatch are called outside any critical section, as PostgreSQL requires.
+    let woke = unsafe {
+        let woke = pg_sys::WaitLatch(pg_sys::MyLatch, events, millis, pg_sys::PG_WAIT_EXTENSION);
+        pg_sys::ResetLatch(pg_sys::MyLatch);
+        woke
+    };
+    if woke & pg_sys::WL_POSTMASTER_DEATH as i32 != 0 || shutdown_requested() {
+        return false;
+    }
+    // anything else pending (a procsignal barrier, a memory-context dump request)
+    pgrx::check_for_interrupts!();
+    true
 }
 
 /// The listed databases this server purges, at most MAX_DATABASES.
@@ -218,7 +323,8 @@ struct Launched {
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn pg_idem_launcher_main(_arg: pg_sys::Datum) {
-    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    leave_if_binary_upgrade("pg_idem launcher");
+    attach_signal_handlers();
     // no database: the launcher only reads the shared catalog pg_database
     BackgroundWorker::connect_worker_to_spi(None, None);
 
@@ -247,7 +353,7 @@ pub extern "C-unwind" fn pg_idem_launcher_main(_arg: pg_sys::Datum) {
         for (i, name) in databases.iter().enumerate() {
             tend(i, name, &mut launched[i]);
         }
-        if !BackgroundWorker::wait_latch(Some(LAUNCHER_TICK)) {
+        if !wait_latch(LAUNCHER_TICK) {
             break;
         }
     }
@@ -382,7 +488,8 @@ pub extern "C-unwind" fn pg_idem_purge_main(arg: pg_sys::Datum) {
     let Some(database) = databases.get(index).cloned() else {
         return;
     };
-    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    leave_if_binary_upgrade("pg_idem purge worker");
+    attach_signal_handlers();
 
     // one purge worker per database, even if a restarted launcher started a second one
     // SAFETY: MyProcPid is this process's pid, set at process start.
@@ -466,7 +573,7 @@ fn idle(database: &str, wait: Option<Duration>) -> bool {
             Some(t) => t.saturating_duration_since(Instant::now()).min(DROP_POLL),
             None => DROP_POLL,
         };
-        if !BackgroundWorker::wait_latch(Some(step)) {
+        if !wait_latch(step) {
             return false;
         }
         // a SIGHUP (a new interval, say) ends the wait early, as a plain wait_latch would
@@ -536,6 +643,11 @@ fn purge_pass(index: usize, database: &str) -> bool {
     let mut cursor = store::PurgeCursor::start();
     let mut keep_running = true;
     loop {
+        leave_if_binary_upgrade("pg_idem purge worker");
+        if shutdown_requested() {
+            keep_running = false;
+            break;
+        }
         let done = BackgroundWorker::transaction(|| {
             crate::sql::with_client(|client| {
                 store::purge_batch(client, crate::time::clock(), batch, cursor)
@@ -555,7 +667,7 @@ fn purge_pass(index: usize, database: &str) -> bool {
             .map(|rate| Duration::from_secs_f64(keys as f64 / rate))
             .and_then(|due| due.checked_sub(started.elapsed()))
             .unwrap_or_default();
-        if !BackgroundWorker::wait_latch(Some(guc::purge_batch_delay().max(budget_wait))) {
+        if !wait_latch(guc::purge_batch_delay().max(budget_wait)) {
             keep_running = false;
             break;
         }

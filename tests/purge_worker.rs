@@ -685,3 +685,114 @@ fn a_purge_pass_keeps_to_its_budget_of_keys_per_second() {
     assert_eq!(keys, 30_000);
     assert!(ms >= 2_800, "30,000 keys at 10,000/s in {ms} ms");
 }
+
+/// SIGTERM ends a purge worker, and the launcher, even while they wait inside PostgreSQL. A
+/// client holds an ACCESS EXCLUSIVE lock on idem.keys in an open transaction: the purge batch's
+/// FOR UPDATE SKIP LOCKED skips locked rows, not a locked table, so the worker waits for the
+/// table lock. With pg_database locked too (the catalog the launcher scans before it starts a
+/// worker), the launcher waits for that lock once the worker is gone. Each must leave
+/// within a few seconds of pg_terminate_backend while the locks are still held (a wait that
+/// only woke on its latch and went back to sleep would hold up a shutdown, or pg_upgrade's).
+/// pg_terminate_backend rather than `pg_ctl stop -m fast`: a fast stop would terminate the lock
+/// holder as well, and the worker would get its lock and finish without ever being interrupted.
+/// Everything runs on the lock holder's own connection: a new connection would wait for
+/// pg_database too.
+#[test]
+fn sigterm_ends_a_worker_and_the_launcher_waiting_for_a_lock() {
+    let server = Server::start(&["pg_idem.purge_interval = '200ms'"]);
+    let mut db = server.client();
+    insert_expired(&mut db, "t", 100);
+    let mut holder = server.client();
+    let mut tx = holder.transaction().unwrap();
+    tx.batch_execute("LOCK TABLE idem.keys IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    // pg_stat_activity keeps one snapshot per transaction: clear it before each look
+    let waiting_for = |tx: &mut postgres::Transaction<'_>, backend_type: &str, table: &str| {
+        tx.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+        tx.query_opt(
+            "SELECT a.pid FROM pg_stat_activity AS a JOIN pg_locks AS l ON l.pid = a.pid \
+              WHERE a.backend_type = $1 AND NOT l.granted AND l.relation = $2::text::regclass",
+            &[&backend_type, &table],
+        )
+        .unwrap()
+        .map(|r| r.get::<_, i32>(0))
+    };
+    let mut worker = None;
+    wait_for(
+        "the purge worker to wait for the lock on idem.keys",
+        Duration::from_secs(10),
+        || {
+            worker = waiting_for(&mut tx, "pg_idem purge", "idem.keys");
+            worker.is_some()
+        },
+    );
+    let worker = worker.unwrap();
+    // once the worker is gone the launcher looks pg_database up to start another one: it
+    // waits for this lock (the lock holder's own catalog look-ups are not blocked by it)
+    tx.batch_execute("LOCK TABLE pg_catalog.pg_database IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    let alive = |tx: &mut postgres::Transaction<'_>, pid: i32| {
+        tx.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+        tx.query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+            &[&pid],
+        )
+        .unwrap()
+        .get::<_, i64>(0)
+            == 1
+    };
+    let terminate = |tx: &mut postgres::Transaction<'_>, pid: i32| {
+        let signalled: bool = tx
+            .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+            .unwrap()
+            .get(0);
+        assert!(signalled, "pg_terminate_backend({pid})");
+        let started = Instant::now();
+        while alive(tx, pid) && started.elapsed() < Duration::from_secs(5) {
+            thread::sleep(Duration::from_millis(50));
+        }
+        started.elapsed()
+    };
+    let took = terminate(&mut tx, worker);
+    assert!(
+        !alive(&mut tx, worker),
+        "the purge worker still waits for the lock on idem.keys {took:?} after SIGTERM"
+    );
+
+    let mut launcher = None;
+    wait_for(
+        "the launcher to wait for the lock on pg_database",
+        Duration::from_secs(10),
+        || {
+            launcher = waiting_for(&mut tx, "pg_idem launcher", "pg_catalog.pg_database");
+            launcher.is_some()
+        },
+    );
+    let launcher = launcher.unwrap();
+    let took = terminate(&mut tx, launcher);
+    assert!(
+        !alive(&mut tx, launcher),
+        "the launcher still waits for the lock on pg_database {took:?} after SIGTERM"
+    );
+    tx.rollback().unwrap();
+
+    // both come back (the launcher after its restart time) and the keys get purged
+    wait_for("a new purge worker", Duration::from_secs(20), || {
+        worker_pid(&mut db, "postgres").is_some_and(|p| p != worker)
+    });
+    wait_for("the new worker to purge", Duration::from_secs(10), || {
+        count_keys(&mut db, "expired-%") == 0
+    });
+    let log = server.log();
+    assert_eq!(
+        occurrences(
+            &log,
+            "terminating background worker \"pg_idem purge\" due to administrator command"
+        ),
+        1,
+        "{log}"
+    );
+    assert!(!log.contains("PANIC") && !log.contains("XX000"), "{log}");
+    drop(db);
+    assert_prompt_shutdown(&server);
+}
