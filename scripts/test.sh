@@ -18,6 +18,7 @@
 #   isolation      deterministic interleavings          tests/isolation/run.sh (full only)
 #   examples       the Python and Node.js examples       examples/run.sh (full only)
 # and, once every version is installed, pg_upgrade from 14 to 18 (tests/pg_upgrade.rs);
+# on 15, the monitoring (monitoring/test.sh: Debian's postgres_exporter and promtool);
 # and once: lint (cargo fmt --check, cargo clippy -D warnings, META.json's version), the
 # benchmark runner in smoke mode (15), and the package: the .deb built, installed with apt-get
 # on Debian's PostgreSQL 15, the demo run against it, the package removed again.
@@ -147,6 +148,8 @@ for major in "${versions[@]}"; do
         step "pg$major-clients" with_pg "$major" cargo test --no-fail-fast -p pg_idem_tests "${core_suites[@]}"
     fi
     if [ "$major" = 15 ]; then
+        # Prometheus: postgres_exporter with monitoring/'s queries as a pg_monitor role, the alerts
+        step monitoring with_pg 15 monitoring/test.sh
         step bench-smoke with_pg 15 python3 bench/run.py --smoke --out "$root/target/bench-smoke"
     fi
 done

@@ -43,12 +43,25 @@ pub const TENANT_SLOTS: usize = 1024;
 /// Bytes of a tenant's name kept for display; longer names are cut (but told apart by hash).
 const TENANT_NAME_BYTES: usize = 64;
 
-#[derive(Default)]
 pub struct Counters {
     events: [AtomicU64; EVENT_COUNT],
     purged: AtomicU64,
-    /// TimestampTz of the last reset (0: since server start).
+    /// TimestampTz since which the counters count: when this shared memory was set up (the
+    /// server's start, or its restart after a crash, which the postmaster's start time does not
+    /// show), or the last reset.
     reset_at: AtomicI64,
+}
+
+impl Default for Counters {
+    /// Run by the postmaster when it sets up shared memory: at start and after a crash.
+    fn default() -> Self {
+        Counters {
+            events: Default::default(),
+            purged: AtomicU64::new(0),
+            // SAFETY: reads the system clock; callable in any process, the postmaster included.
+            reset_at: AtomicI64::new(unsafe { pg_sys::GetCurrentTimestamp() }),
+        }
+    }
 }
 
 // SAFETY: plain integers and timestamps, no pointers: valid in any process at any address.
@@ -269,17 +282,11 @@ fn values(events: Option<&[u64; EVENT_COUNT]>) -> Values {
     COUNTER_COLUMNS.map(|(_, e)| events.map(|ev| counter(ev[e as usize])))
 }
 
-/// This server's counters, and when they started (its start, or the last reset).
+/// This server's counters, and since when they count (its start or crash restart, or the last
+/// reset).
 fn local_totals() -> (Values, Option<i64>, Option<TimestampWithTimeZone>) {
     let snap = snapshot();
-    let since = snap.as_ref().map(|s| {
-        crate::time::timestamptz(if s.reset_at != 0 {
-            s.reset_at
-        } else {
-            // SAFETY: set by the postmaster at start, inherited read-only by every backend.
-            unsafe { pg_sys::PgStartTime }
-        })
-    });
+    let since = snap.as_ref().map(|s| crate::time::timestamptz(s.reset_at));
     (
         values(snap.as_ref().map(|s| &s.events)),
         snap.as_ref().map(|s| counter(s.purged)),

@@ -718,13 +718,26 @@ fn idem_purge_status() -> TableIterator<
     ),
 > {
     let slots = slots().unwrap_or_default();
+    let configured = purged_databases();
+    // SAFETY: reads this process's view of shared recovery state, as pg_is_in_recovery() does.
+    let in_recovery = unsafe { pg_sys::RecoveryInProgress() };
     let ts = |micros: i64| (micros != 0).then(|| crate::time::timestamptz(micros));
-    TableIterator::new(slots.into_iter().map(move |s| {
+    TableIterator::new(slots.into_iter().zip(configured).map(move |(s, name)| {
         let passed = s.total_passes > 0;
+        // a slot no launcher has tended yet (a hot standby starts none before promotion) still
+        // names its database, and says why nothing runs there
+        let database = match s.database() {
+            "" => name,
+            tended => tended.to_string(),
+        };
+        let state = match s.state() {
+            WorkerState::NotStarted if in_recovery => "waiting for recovery to end",
+            state => state.name(),
+        };
         (
-            s.database().to_string(),
+            database,
             (s.pid != 0).then_some(s.pid),
-            s.state().name().to_string(),
+            state.to_string(),
             ts(s.started_at),
             s.starts,
             ts(s.last_pass_at),

@@ -55,6 +55,21 @@ fn kill_9_in_the_middle_of_a_claim_transaction() {
         r#"{"kept": true}"#,
     );
 
+    // the counters count from when the shared memory was set up; a crash restart sets it up
+    // again (the counters start from 0) without a new postmaster start time
+    let counted_since = |db: &mut Client| -> (i64, f64, f64) {
+        let row = db
+            .query_one(
+                "SELECT claims, extract(epoch FROM since)::float8, \
+                        extract(epoch FROM pg_postmaster_start_time())::float8 FROM idem_counters()",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1), row.get(2))
+    };
+    let (claims_before, since_before, started_before) = counted_since(&mut setup);
+    assert!(claims_before >= 1);
+
     let mut victim = server.client();
     let pid: i32 = victim
         .query_one("SELECT pg_backend_pid()", &[])
@@ -74,6 +89,19 @@ fn kill_9_in_the_middle_of_a_claim_transaction() {
     thread::sleep(Duration::from_millis(500));
 
     let mut db = wait_until_ready(&server);
+    let (claims_after, since_after, started_after) = counted_since(&mut db);
+    assert_eq!(
+        claims_after, 0,
+        "the counters start again after a crash restart"
+    );
+    assert!(
+        since_after > since_before,
+        "idem_counters().since moves at a crash restart: {since_before} then {since_after}"
+    );
+    assert_eq!(
+        started_after, started_before,
+        "the postmaster did not restart"
+    );
     let again = claim(&mut db, "t", "k", "h");
     assert_eq!(
         again.outcome, "claimed",

@@ -868,6 +868,21 @@ fn a_hot_standby_answers_replays_refuses_writes_and_purges_only_once_promoted() 
         .unwrap()
         .get(0);
     println!("pg_idem processes on the hot standby: {workers}");
+    // what an operator's monitoring reads there: the database, and why nothing purges it yet
+    let status: (String, Option<i32>, String) = {
+        let row = hot
+            .query_one("SELECT database, pid, state FROM idem_purge_status()", &[])
+            .unwrap();
+        (row.get(0), row.get(1), row.get(2))
+    };
+    assert_eq!(
+        status,
+        (
+            "postgres".to_string(),
+            None,
+            "waiting for recovery to end".to_string()
+        )
+    );
 
     // the failover: the promoted standby's purge worker purges them
     drop(db);
