@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Where a transaction's server time goes: runs the `handrolled`, `plpgsql`, `pg_idem` and `replay`
-# scenarios (1 client, -M prepared) on a throwaway server with pg_stat_statements tracking
-# nested statements too (track = all), so the statements pg_idem runs inside idem_claim and
-# idem_complete show up beside the functions that run them; then measures what calling a
-# SECURITY DEFINER function with a pinned search_path costs over a plain one.
+# Where a transaction's server time goes, per statement: runs scenarios of bench/scenarios/
+# (1 client, -M prepared; default `replay`, `handrolled`, `pg_idem`, `inbox`, `consume`,
+# `inbox_batch`, `consume_batch`) on a throwaway server with pg_stat_statements tracking nested
+# statements too (track = all), so any statement a function runs shows up beside the function.
+# Tables are truncated and a CHECKPOINT taken before every scenario (after `replay`, which runs
+# first on a pool of completed keys), as bench/run.py does. For CPU per step inside and around
+# the functions, see bench/perf.sh.
 #
-#   bash bench/breakdown.sh [seconds per run, default 15]
+#   bash bench/breakdown.sh [seconds per run, default 15] [scenario ...]
 #
 # Needs the same as bench/run.py (a release build of pg_idem installed, pgbench, root or the
 # postgres user). Prints markdown tables; numbers are mean server-side execution times in µs.
@@ -14,6 +16,9 @@ cd "$(dirname "$0")/.."
 source scripts/lib/pg.sh
 
 seconds="${1:-15}"
+shift $(( $# >= 1 ? 1 : 0 ))
+scenarios=("$@")
+[ ${#scenarios[@]} -gt 0 ] || scenarios=(replay handrolled pg_idem inbox consume inbox_batch consume_batch)
 dir="$(mktemp -d /tmp/pg_idem_breakdown.XXXXXX)"
 trap 'pg_stop "$dir"' EXIT
 pg_start "$dir" \
@@ -26,11 +31,6 @@ pg_start "$dir" \
 psql -qX -v ON_ERROR_STOP=1 -f bench/schema.sql
 psql -qX -v ON_ERROR_STOP=1 <<'SQL'
 CREATE EXTENSION pg_stat_statements;
--- the same empty body twice: once plain, once as every pg_idem function is declared
-CREATE FUNCTION bench_call_plain(a text, b text, c text) RETURNS int
-LANGUAGE plpgsql AS $$BEGIN RETURN 1; END$$;
-CREATE FUNCTION bench_call_definer(a text, b text, c text) RETURNS int
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$BEGIN RETURN 1; END$$;
 -- a small replay pool, filled through the real lifecycle
 SET synchronous_commit = off;
 DO $$
@@ -47,12 +47,6 @@ $$;
 -- only the table that has rows: an ANALYZE of the empty business tables would make the
 -- first plans of their statements sequential scans, kept by -M prepared as the tables grow
 VACUUM ANALYZE idem.keys;
-SQL
-
-calls="$dir/calls.sql"
-cat >"$calls" <<'SQL'
-SELECT bench_call_plain('t1', 'k', 'h');
-SELECT bench_call_definer('t1', 'k', 'h');
 SQL
 
 report() {
@@ -73,13 +67,12 @@ SELECT '| ' || to_char(mean_exec_time * 1000, 'FM9990.0') || ' | ' || calls || '
 SQL
 }
 
-for scenario in handrolled plpgsql pg_idem replay; do
+for scenario in "${scenarios[@]}"; do
+    if [ "$scenario" != replay ]; then
+        psql -qX -v ON_ERROR_STOP=1 -c "TRUNCATE payments, handrolled_keys, plpgsql_keys, processed_messages, idem.keys RESTART IDENTITY" -c "CHECKPOINT" >/dev/null
+    fi
     psql -qXAt -c "SELECT pg_stat_statements_reset()" >/dev/null
     pgbench -n -M prepared -c 1 -T "$seconds" -D pool=20000 -f "bench/scenarios/$scenario.sql" >"$dir/$scenario.out" 2>&1 ||
         { cat "$dir/$scenario.out" >&2; exit 1; }
     report "$scenario ($(grep -Eo 'tps = [0-9.]+' "$dir/$scenario.out" | head -1))"
 done
-
-psql -qXAt -c "SELECT pg_stat_statements_reset()" >/dev/null
-pgbench -n -M prepared -c 1 -T "$seconds" -f "$calls" >"$dir/calls.out" 2>&1 || { cat "$dir/calls.out" >&2; exit 1; }
-report "an empty plpgsql function, plain and SECURITY DEFINER with SET search_path"

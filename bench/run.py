@@ -51,6 +51,7 @@ from environment import environment  # noqa: E402
 import render  # noqa: E402
 
 FILL_WORKERS = 2           # parallel fill sessions
+BATCH = 100                # messages per transaction of inbox_batch / consume_batch (their .sql)
 
 
 class BenchError(Exception):
@@ -392,7 +393,7 @@ def fill_handrolled(server: Server, n: int, tag: str, body: bool, ttl: str) -> f
 
 def reset_tables(server: Server) -> None:
     server.execute("""
-TRUNCATE payments, handrolled_keys, plpgsql_keys, idem.keys RESTART IDENTITY;
+TRUNCATE payments, handrolled_keys, plpgsql_keys, processed_messages, idem.keys RESTART IDENTITY;
 ALTER SEQUENCE bench_pair_seq RESTART;
 ALTER SEQUENCE bench_outcome_claimed RESTART;
 ALTER SEQUENCE bench_outcome_completed RESTART;
@@ -435,19 +436,22 @@ SELECT (SELECT count(*) FROM payments),
        (SELECT count(*) FROM idem.keys),
        (SELECT count(*) FROM idem.keys WHERE state = 'c'),
        (SELECT count(*) FROM idem.keys WHERE state = 'p'),
-       (SELECT count(*) FILTER (WHERE state = 'c') FROM plpgsql_keys)
+       (SELECT count(*) FILTER (WHERE state = 'c') FROM plpgsql_keys),
+       (SELECT count(*) FROM processed_messages)
 """)[0]
-    payments, hr, hr_done, keys, keys_done, keys_open, pl_done = map(int, q)
+    payments, hr, hr_done, keys, keys_done, keys_open, pl_done, inbox = map(int, q)
     n = r.txns
     idem_upd = after["idem_upd"] - before["idem_upd"]
     hr_upd = after["hr_upd"] - before["hr_upd"]
     extra["rows"] = dict(payments=payments, handrolled_keys=hr, idem_keys=keys,
-                         idem_completed=keys_done, idem_in_progress=keys_open)
+                         idem_completed=keys_done, idem_in_progress=keys_open, processed_messages=inbox)
     rel = {"handrolled": "handrolled_keys", "plpgsql": "plpgsql_keys", "pg_idem": "idem.keys", "lease": "idem.keys",
-           "contended": "idem.keys"}.get(scenario)
+           "contended": "idem.keys", "inbox": "processed_messages", "inbox_batch": "processed_messages",
+           "consume": "idem.keys", "consume_batch": "idem.keys"}.get(scenario)
     if rel:
         size = int(server.value(f"SELECT pg_table_size('{rel}') + pg_indexes_size('{rel}')"))
-        extra["keys_bytes_per_key"] = size / max(1, hr if rel == "handrolled_keys" else keys)
+        rows = {"handrolled_keys": hr, "processed_messages": inbox}.get(rel, keys)
+        extra["keys_bytes_per_key"] = size / max(1, rows)
 
     def expect(cond, text):
         if not cond:
@@ -470,6 +474,16 @@ SELECT (SELECT count(*) FROM payments),
         expect(payments == 0 and keys == replay_pool and keys_done == replay_pool,
                f"replay changed data: payments {payments}, keys {keys}/{replay_pool}")
         expect(idem_upd == 0, f"replay updated idem.keys {idem_upd} times")
+    elif scenario in ("inbox", "inbox_batch", "consume", "consume_batch"):
+        # one business row per new message; every message of every transaction was new (the
+        # scripts fail a transaction otherwise), 1 or 100 per transaction
+        m = n * (BATCH if scenario.endswith("_batch") else 1)
+        recorded = inbox if scenario.startswith("inbox") else keys
+        expect(payments == m and recorded == m,
+               f"payments {payments}, recorded messages {recorded} != messages {m}")
+        if scenario.startswith("consume"):
+            expect(keys_done == m, f"{keys_done} of {m} consumed keys completed")
+            expect(idem_upd == 0, f"idem.keys updated {idem_upd} times")
     elif scenario == "contended":
         outcomes = {o: seq_count(server, f"bench_outcome_{o}")
                     for o in ("claimed", "completed", "in_progress", "other")}

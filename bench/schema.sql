@@ -28,6 +28,18 @@ CREATE TABLE handrolled_keys (
 );
 CREATE INDEX handrolled_keys_expires_at_idx ON handrolled_keys (expires_at);
 
+-- Scenarios `inbox` and `inbox_batch`: the inbox table message consumers usually write by hand
+-- (one row per processed message, an index on processed_at for the clean-up job), next to
+-- pg_idem's idem_consume / idem_consume_many (scenarios `consume`, `consume_batch`). The business
+-- table is `payments` in every scenario.
+CREATE TABLE processed_messages (
+    subscriber_id varchar(255),
+    message_id    varchar(255),
+    processed_at  timestamp DEFAULT now(),
+    PRIMARY KEY (subscriber_id, message_id)
+);
+CREATE INDEX processed_messages_processed_at_idx ON processed_messages (processed_at);
+
 -- Scenario `contended`: every value of bench_pair_seq / 2 names one key, so each key is asked
 -- for twice by two requests that arrive back to back (usually from two different clients).
 CREATE SEQUENCE bench_pair_seq;
