@@ -556,12 +556,16 @@ impl Table {
 
     /// Inserts a row and its index entries, unless another row (committed, or inserted by a
     /// transaction still running) already holds its value of the primary key `key`: then the
-    /// row is deleted again at once and the answer is `Inserted::Taken`, without waiting for
-    /// that transaction. This is INSERT ... ON CONFLICT DO NOTHING without the wait: the unique
-    /// check of `key` is btree's partial one (the one deferred constraints use), which reports
-    /// a possible duplicate instead of waiting and raising; the row's own entries stay behind
-    /// for VACUUM, as a speculative insertion's do. Other unique indexes check as the executor
-    /// does (23505).
+    /// row is taken back at once and the answer is `Inserted::Taken`, without waiting for that
+    /// transaction. This is INSERT ... ON CONFLICT DO NOTHING without the wait, and written the
+    /// way the executor writes it: a speculative insertion. The unique check of `key` is
+    /// btree's partial one (the one deferred constraints use), which reports a possible
+    /// duplicate instead of waiting and raising; a row that lost is killed with
+    /// heap_abort_speculative, which makes it invisible to every snapshot at once (a plain
+    /// delete would leave it "being inserted" for other sessions' dirty snapshots and unique
+    /// checks until this transaction ends, so that they would take the key for held by it); a
+    /// row that won is confirmed with heap_finish_speculative. Its index entries stay behind for
+    /// VACUUM either way. Other unique indexes check as the executor does (23505).
     pub fn insert(
         &self,
         key: PrimaryKey,
@@ -569,47 +573,52 @@ impl Table {
         nulls: &mut [bool],
     ) -> Inserted {
         let tuple = self.form(values, nulls);
-        // SAFETY: the table is open with RowExclusiveLock and the tuple matches its descriptor;
+        // SAFETY: assigns this transaction's id (a write needs one anyway), then takes the
+        // speculative-insertion lock of this backend, released below once the row is confirmed
+        // or killed (an error in between releases it with the transaction's other locks).
+        let (xid, token) = unsafe {
+            let xid = pg_sys::GetCurrentTransactionId();
+            (xid, pg_sys::SpeculativeInsertionLockAcquire(xid))
+        };
+        // SAFETY: `tuple` was just formed and is ours; the speculative token is kept in its
+        // t_ctid (block number = token, offset = SpecTokenOffsetNumber), as
+        // HeapTupleHeaderSetSpeculativeToken does, until heap_finish_speculative replaces it.
+        // The table is open with RowExclusiveLock and the tuple matches its descriptor;
         // heap_insert assigns the transaction id, writes WAL and TOASTs as needed.
         unsafe {
+            let ctid = &mut (*(*tuple).t_data).t_ctid;
+            ctid.ip_blkid.bi_hi = (token >> 16) as u16;
+            ctid.ip_blkid.bi_lo = (token & 0xffff) as u16;
+            ctid.ip_posid = pg_sys::SpecTokenOffsetNumber as u16;
             pg_sys::heap_insert(
                 self.rel,
                 tuple,
                 pg_sys::GetCurrentCommandId(true),
-                0,
+                pg_sys::HEAP_INSERT_SPECULATIVE as i32,
                 std::ptr::null_mut(),
             );
         }
         let unique = self.insert_index_entries(tuple, None, Some(key));
-        // SAFETY: makes the row visible to the next look-up of this transaction.
-        unsafe { pg_sys::CommandCounterIncrement() };
+        // SAFETY: heap_insert set the tuple's t_self to where the row went; this transaction
+        // inserted it speculatively just above, so it may confirm or kill it.
+        unsafe {
+            let mut tid = (*tuple).t_self;
+            if unique {
+                pg_sys::heap_finish_speculative(self.rel, &mut tid);
+            } else {
+                pg_sys::heap_abort_speculative(self.rel, &mut tid);
+            }
+            pg_sys::SpeculativeInsertionLockRelease(xid);
+            // makes the row (or its absence) visible to the next look-up of this transaction
+            pg_sys::CommandCounterIncrement();
+        }
         if unique {
             // SAFETY: heap_insert set the tuple's t_self to where it went.
             unsafe { self.note_written(tuple) };
-            return Inserted::Yes;
+            Inserted::Yes
+        } else {
+            Inserted::Taken
         }
-        // SAFETY: the tuple was inserted just above by this transaction (its t_self is where).
-        let mut tid = unsafe { (*tuple).t_self };
-        // SAFETY: the failure data is written by heap_delete before it is read
-        let mut failure: pg_sys::TM_FailureData = unsafe { std::mem::zeroed() };
-        // SAFETY: deletes the row this transaction inserted in an earlier command.
-        let result = unsafe {
-            pg_sys::heap_delete(
-                self.rel,
-                &mut tid,
-                pg_sys::GetCurrentCommandId(true),
-                std::ptr::null_mut(),
-                true,
-                &mut failure,
-                false,
-            )
-        };
-        if self.write_result(result, &failure) != Write::Done {
-            errors::internal("taking back a row", "it was changed by another transaction").raise();
-        }
-        // SAFETY: makes the deletion visible to the next look-up of this transaction.
-        unsafe { pg_sys::CommandCounterIncrement() };
-        Inserted::Taken
     }
 
     /// Replaces the row version at `found` with `values`; without `wait`, a row another running

@@ -493,3 +493,60 @@ fn a_pooled_session_survives_the_extension_being_dropped_and_created_again() {
     complete(&mut pooled, "t", "k", fence(&again), 200, "{}");
     assert_eq!(claim(&mut pooled, "t", "k", "h").outcome, "completed");
 }
+
+#[test]
+fn a_claim_that_lost_a_race_leaves_no_trace_for_other_sessions() {
+    // Several sessions claim the same fresh key at once and keep their transactions open; the
+    // one that inserted it rolls back. A session whose insert lost the race (its row taken
+    // back) must not look like it holds the key: the next claim of the key is `claimed`, not
+    // `in_progress` until every loser's transaction ends (their rows are killed at once, as
+    // INSERT ... ON CONFLICT kills a speculative insertion that lost).
+    let server = Server::start(&[]);
+    let racers = 6;
+    let rounds = 150;
+    let mut clients: Vec<Client> = (0..racers).map(|_| server.client()).collect();
+    let mut fresh = server.client();
+    let mut outcomes = std::collections::BTreeMap::new();
+    for round in 0..rounds {
+        let key = format!("race-{round}");
+        let barrier = Arc::new(Barrier::new(racers));
+        // every racer claims in its own open transaction; the claims are sent at once
+        let answers: Vec<(usize, String)> = thread::scope(|scope| {
+            let handles: Vec<_> = clients
+                .iter_mut()
+                .enumerate()
+                .map(|(i, db)| {
+                    let barrier = barrier.clone();
+                    let key = key.clone();
+                    scope.spawn(move || {
+                        db.batch_execute("BEGIN").unwrap();
+                        barrier.wait();
+                        (i, claim(db, "race", &key, "h").outcome)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let winners: Vec<usize> = answers
+            .iter()
+            .filter(|(_, o)| o == "claimed")
+            .map(|(i, _)| *i)
+            .collect();
+        assert_eq!(winners.len(), 1, "round {round}: {answers:?}");
+        // the winner rolls back; the losers' transactions stay open
+        clients[winners[0]].batch_execute("ROLLBACK").unwrap();
+        let next = claim(&mut fresh, "race", &key, "h").outcome;
+        *outcomes.entry(next.clone()).or_insert(0) += 1;
+        assert_eq!(
+            next, "claimed",
+            "round {round}: the key is held by nobody, but a claim answered {next}"
+        );
+        for (i, db) in clients.iter_mut().enumerate() {
+            if i != winners[0] {
+                db.batch_execute("ROLLBACK").unwrap();
+            }
+        }
+    }
+    println!("{rounds} rounds: {outcomes:?}");
+    amcheck(&mut server.client());
+}

@@ -5,7 +5,8 @@
 //! exactly as the executor would, and Citus is not installed (Citus must plan every statement
 //! on a distributed idem.keys); otherwise `spi` runs.
 //!
-//! Concurrency, with no lock held for a key, not even for a moment:
+//! Concurrency, with no lock held for a key (only the speculative insertion's token lock while
+//! a new row's index entries are written, as for INSERT ... ON CONFLICT):
 //! - At READ COMMITTED a claim reads the key's latest version, committed or not
 //!   (SnapshotDirty): one index descent tells what the key holds and whether another
 //!   transaction is writing it. A replay, in_progress or mismatch needs no write. Another
@@ -15,9 +16,9 @@
 //!   inserting sends the claim to the committed version, through its snapshot, for the answer.
 //!   At REPEATABLE READ and SERIALIZABLE the claim answers from its snapshot and reads the
 //!   latest version only before it writes (a change committed after the snapshot is 40001).
-//! - A new key is inserted with btree's partial unique check on the primary key: if another
-//!   transaction inserted the key since it was read (running or committed), the row is taken
-//!   back at once and the claim reads the key again, so two claims never both hold it and
+//! - A new key is inserted speculatively with btree's partial unique check on the primary key:
+//!   if another transaction inserted the key since it was read (running or committed), the row
+//!   is killed at once (heap_abort_speculative: no session sees it from then on) and the claim reads the key again, so two claims never both hold it and
 //!   neither waits. An existing row is updated without waiting (a holder that locks it first
 //!   wins, and the claim answers `in_progress`).
 //! - Every write leaves the row's xmin or xmax set to the transaction until it ends, which is
