@@ -403,6 +403,16 @@ fn plan_consume(
     now: Micros,
 ) -> ConsumePlan {
     let row = match row {
+        // this transaction's own attempt stays its own however long it has run past its lease
+        // or ttl (as in `plan`): writing over it would make its fence stale under its feet
+        Some(row) if mine && row.state == State::InProgress => {
+            return ConsumePlan::Held(errors::consume_in_progress(
+                request.tenant,
+                request.key,
+                row.lease_expires_at.map(crate::time::timestamptz),
+                true,
+            ))
+        }
         Some(row) if !row.is_expired(now) => row,
         _ => {
             return ConsumePlan::Write {

@@ -286,6 +286,20 @@ fn keys_held_by_idem_claim() {
     let err = consume(&mut tx, "t", "own").unwrap_err();
     assert_eq!(sqlstate(&err), "55P03", "this transaction's own attempt");
     drop(tx);
+    // ... even once its lease and ttl have passed: its fence must stay good (as for a claim)
+    let mut tx = db.transaction().unwrap();
+    let own = claim_with(&mut tx, "t", "own-expired", "h", "1 ms", Some("1 ms"));
+    thread::sleep(Duration::from_millis(20));
+    let mut savepoint = tx.savepoint("consume").unwrap();
+    let err = consume(&mut savepoint, "t", "own-expired").unwrap_err();
+    assert_eq!(
+        sqlstate(&err),
+        "55P03",
+        "this transaction's own expired attempt"
+    );
+    savepoint.rollback().unwrap();
+    complete(&mut tx, "t", "own-expired", own.fence.unwrap(), 200, "{}");
+    tx.commit().unwrap();
     // an uncommitted claim is waited for like an uncommitted consume
     let mut first = server.client();
     let mut tx = first.transaction().unwrap();
