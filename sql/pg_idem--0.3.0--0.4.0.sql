@@ -22,6 +22,24 @@ ALTER FUNCTION idem_reset_watermark(text, text, bigint) SECURITY INVOKER RESET s
 ALTER FUNCTION idem_grant_tenant(regrole, text) SECURITY INVOKER RESET search_path;
 ALTER FUNCTION idem_revoke_tenant(regrole, text) SECURITY INVOKER RESET search_path;
 
+-- Functions whose result type changes are dropped and created again below, which would also
+-- drop the privileges a DBA set on them: an idem_claim revoked from PUBLIC would silently be
+-- executable by PUBLIC again, custom grants on the statistics would be gone. Their ACLs are
+-- kept here and put back at the end of this script (a default ACL, NULL, needs nothing; regrole
+-- prints a role's name quoted as needed).
+CREATE TEMPORARY TABLE pg_idem_kept_acl AS
+    SELECT n.nspname::text AS schema, p.proname::text AS name,
+           pg_catalog.oidvectortypes(p.proargtypes) AS args, p.proacl AS acl
+    FROM pg_catalog.pg_proc AS p
+    JOIN pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace
+    JOIN pg_catalog.pg_depend AS d ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+         AND d.objid OPERATOR(pg_catalog.=) p.oid AND d.deptype OPERATOR(pg_catalog.=) 'e'
+    JOIN pg_catalog.pg_extension AS e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+         AND e.extname OPERATOR(pg_catalog.=) 'pg_idem'
+    WHERE p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['idem_claim', 'idem_counters', 'idem_tenant_counters',
+                                                     'idem_stats', 'idem_tenant_stats', 'idem_cluster_counters'])
+      AND p.proacl IS NOT NULL;
+
 -- 2. idem_claim returns a named composite type instead of OUT parameters (same columns, in the
 -- same order): a statement that calls it in FROM then copies its result descriptor from the
 -- type cache at executor start, where OUT parameters made it parse the function's argument
@@ -353,3 +371,35 @@ REVOKE ALL ON FUNCTION idem_counters(), idem_tenant_counters(), idem_stats(), id
     idem_cluster_counters() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idem_counters(), idem_tenant_counters(), idem_stats(), idem_tenant_stats(),
     idem_cluster_counters() TO pg_monitor;
+
+-- The ACLs kept at the top of this script, put back exactly: first every privilege the new
+-- function has is taken away, then every one the old function had is given again.
+DO $$
+DECLARE
+    kept record;
+    item record;
+    function_name text;
+BEGIN
+    FOR kept IN SELECT * FROM pg_temp.pg_idem_kept_acl LOOP
+        function_name := pg_catalog.format('%I.%I(%s)', kept.schema, kept.name, kept.args);
+        FOR item IN
+            SELECT DISTINCT a.grantee
+            FROM pg_catalog.pg_proc AS p, pg_catalog.aclexplode(p.proacl) AS a
+            WHERE p.oid OPERATOR(pg_catalog.=) function_name::pg_catalog.regprocedure
+        LOOP
+            EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %s', function_name,
+                CASE WHEN item.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                     ELSE item.grantee::pg_catalog.regrole::text END);
+        END LOOP;
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', function_name);
+        FOR item IN SELECT a.grantee, a.is_grantable FROM pg_catalog.aclexplode(kept.acl) AS a LOOP
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', function_name,
+                CASE WHEN item.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                     ELSE item.grantee::pg_catalog.regrole::text END,
+                CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        END LOOP;
+    END LOOP;
+END
+$$;
+
+DROP TABLE pg_temp.pg_idem_kept_acl;

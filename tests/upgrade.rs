@@ -330,3 +330,66 @@ fn a_fresh_install_is_the_current_version_and_update_is_a_no_op() {
     assert_eq!(extversion(&mut db), current_version());
     assert_eq!(describe(&mut db), before);
 }
+
+#[test]
+fn privileges_a_dba_set_survive_the_update() {
+    // 0.4.0 drops and creates again the functions whose result type changes (idem_claim, the
+    // statistics): the privileges a DBA set on them must come back as they were, not as a
+    // fresh install's (an idem_claim revoked from PUBLIC must not become PUBLIC's again)
+    let server = Server::start(&[]);
+    install_released_script();
+    let mut db = server.client();
+    db.batch_execute(
+        "DROP EXTENSION pg_idem; CREATE EXTENSION pg_idem VERSION '0.1.0'; \
+         ALTER EXTENSION pg_idem UPDATE TO '0.3.0'; \
+         CREATE ROLE payments_app LOGIN; CREATE ROLE \"Other App\" LOGIN; CREATE ROLE dashboards LOGIN; \
+         REVOKE EXECUTE ON FUNCTION idem_claim(text, text, text, interval, interval) FROM PUBLIC; \
+         GRANT EXECUTE ON FUNCTION idem_claim(text, text, text, interval, interval) TO payments_app; \
+         GRANT EXECUTE ON FUNCTION idem_claim(text, text, text, interval, interval) TO \"Other App\" WITH GRANT OPTION; \
+         GRANT EXECUTE ON FUNCTION idem_stats() TO dashboards; \
+         REVOKE EXECUTE ON FUNCTION idem_counters() FROM pg_monitor",
+    )
+    .unwrap();
+    let privileges = |db: &mut Client| -> Vec<(String, String, bool)> {
+        db.query(
+            "SELECT p.proname::text, CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END, \
+                    a.is_grantable \
+               FROM pg_proc p, aclexplode(p.proacl) a \
+              WHERE p.proname IN ('idem_claim', 'idem_stats', 'idem_counters') \
+                AND p.pronamespace = 'public'::regnamespace \
+              ORDER BY 1, 2",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+    };
+    let before = privileges(&mut db);
+    assert!(
+        before.contains(&("idem_claim".into(), "payments_app".into(), false)),
+        "{before:?}"
+    );
+    db.batch_execute("ALTER EXTENSION pg_idem UPDATE").unwrap();
+    assert_eq!(extversion(&mut db), current_version());
+    assert_eq!(privileges(&mut db), before);
+    let public_may_claim: bool = db
+        .query_one(
+            "SELECT has_function_privilege('public', 'idem_claim(text, text, text, interval, interval)', 'EXECUTE')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        !public_may_claim,
+        "the revoke from PUBLIC holds after the update"
+    );
+    let leftovers: i64 = db
+        .query_one(
+            "SELECT count(*) FROM pg_class WHERE relname = 'pg_idem_kept_acl'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(leftovers, 0);
+}
