@@ -31,9 +31,9 @@ pub fn check_access(tenant: &str) {
     if !guc::tenant_grants() {
         return;
     }
-    // The functions run as the extension owner (SECURITY DEFINER), so current_user is the owner
-    // here; the outer user is the role the session acts as (its login role, or the role of SET
-    // ROLE).
+    // The role checked is the outer user: the role the session acts as (its login role, or the
+    // role of SET ROLE), which neither pg_idem's switch to its owner for SQL nor an
+    // application's own SECURITY DEFINER wrapper changes.
     // SAFETY: reads of this backend's session state, valid inside a transaction.
     let role = unsafe { pg_sys::GetOuterUserId() };
     // SAFETY: as above; superuser_arg only reads the role's catalog entry.
