@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use pg_idem_tests::{sqlstate, try_claim, wait_for, Claim, Client, NoTls};
+use pg_idem_tests::{as_server_user, sqlstate, try_claim, wait_for, Claim, Client, NoTls};
 
 /// Expired keys left for the purge worker: a hundred purge transactions (batches of 1000) while
 /// pg_upgrade runs the old server, as in the report this test reproduces.
@@ -32,29 +32,6 @@ const BUSY: usize = 40;
 const STALLED: usize = 10;
 const STREAMS: usize = 8;
 const DB: &str = "app";
-
-fn running_as_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
-/// A program run as the servers' OS user (`postgres` when the test runs as root), without
-/// RUST_BACKTRACE (pgrx would append backtraces to error details).
-fn as_postgres(program: &Path) -> Command {
-    let mut cmd = if running_as_root() {
-        let mut cmd = Command::new("runuser");
-        cmd.args(["-u", "postgres", "--"]).arg(program);
-        cmd
-    } else {
-        Command::new(program)
-    };
-    cmd.env_remove("RUST_BACKTRACE")
-        .env_remove("RUST_LIB_BACKTRACE");
-    cmd
-}
 
 fn output(cmd: &mut Command, what: &str) -> Output {
     cmd.output()
@@ -132,7 +109,7 @@ impl Cluster {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create cluster dir");
         let _ = Command::new("chmod").arg("777").arg(&dir).status();
-        let mut initdb = as_postgres(&bindir.join("initdb"));
+        let mut initdb = as_server_user(&bindir.join("initdb"));
         initdb.args([
             "-A",
             "trust",
@@ -184,7 +161,7 @@ impl Cluster {
     }
 
     fn pg_ctl(&self, args: &[&str]) -> Output {
-        let mut cmd = as_postgres(&self.bindir.join("pg_ctl"));
+        let mut cmd = as_server_user(&self.bindir.join("pg_ctl"));
         cmd.arg("-D")
             .arg(self.data())
             .arg("-l")
@@ -241,7 +218,7 @@ impl Cluster {
 
     /// "Latest checkpoint's NextXID" of the stopped cluster, as pg_controldata prints it.
     fn next_xid(&self) -> String {
-        let mut cmd = as_postgres(&self.bindir.join("pg_controldata"));
+        let mut cmd = as_server_user(&self.bindir.join("pg_controldata"));
         cmd.arg(self.data());
         let out = run_ok(&mut cmd, "pg_controldata");
         out.lines()
@@ -654,7 +631,7 @@ fn pg_upgrade_keeps_every_key_and_runs_no_purge_in_binary_upgrade_mode() {
     std::fs::create_dir_all(&work).unwrap();
     let _ = Command::new("chmod").arg("777").arg(&work).status();
     let (old_port, new_port) = (free_port().to_string(), free_port().to_string());
-    let mut upgrade = as_postgres(&new_bindir.join("pg_upgrade"));
+    let mut upgrade = as_server_user(&new_bindir.join("pg_upgrade"));
     upgrade
         .current_dir(&work)
         .arg("--old-bindir")
@@ -768,10 +745,20 @@ fn pg_upgrade_keeps_every_key_and_runs_no_purge_in_binary_upgrade_mode() {
         Duration::from_secs(60),
         || count_expired(&mut db) == (0, 0),
     );
-    let purged: i64 = db
-        .query_one("SELECT total_keys FROM idem_purge_status()", &[])
-        .unwrap()
-        .get(0);
+    // the worker records a pass in idem_purge_status() once the pass is over, a moment after
+    // its last batch committed
+    let mut purged = 0i64;
+    wait_for(
+        "idem_purge_status() to show the new cluster's pass",
+        Duration::from_secs(30),
+        || {
+            purged = db
+                .query_one("SELECT total_keys FROM idem_purge_status()", &[])
+                .unwrap()
+                .get(0);
+            purged >= EXPIRED_KEYS
+        },
+    );
     assert_eq!(purged, EXPIRED_KEYS, "keys the new cluster's worker purged");
     amcheck(&mut db, "after the purge on the new cluster");
     drop(db);

@@ -31,7 +31,7 @@ fn running_as_root() -> bool {
 
 /// A command run as the server's OS user.
 /// A RUST_BACKTRACE inherited by the server would append Rust backtraces to error details.
-fn as_server_user(program: &Path) -> Command {
+pub fn as_server_user(program: &Path) -> Command {
     let mut cmd = if running_as_root() {
         let mut cmd = Command::new("runuser");
         cmd.args(["-u", "postgres", "--"]).arg(program);
