@@ -217,11 +217,20 @@ fn idem_purge(max_rows: Option<i32>) -> i64 {
         }
     }
     let now = clock();
-    let deleted =
-        crate::sql::with_client(|client| store::purge(client, now, max_rows.map(i64::from)));
+    let limit = max_rows.map(i64::from);
+    // with tenant grants on, a role purges (and so locks) only its own tenants' keys
+    let own_tenants = tenants::purgeable_tenants();
+    let deleted = crate::sql::with_client(|client| {
+        let scope = match &own_tenants {
+            None => store::Tenants::Every,
+            Some(own) => store::Tenants::Only(own),
+        };
+        store::purge(client, now, limit, scope)
+    });
     stats::record_purged(deleted);
     // on a Citus coordinator, the shards on the worker nodes too (their counters count them)
-    if cluster::coordinator_of_distributed_keys() {
+    // (not for a role limited to its own tenants: the nodes' purge workers purge theirs)
+    if own_tenants.is_none() && cluster::coordinator_of_distributed_keys() {
         return deleted + cluster::purge_worker_nodes(max_rows);
     }
     deleted

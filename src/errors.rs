@@ -133,14 +133,35 @@ pub fn key_not_found(function: &str, tenant: &str, key: &str, fence: i64) -> Ide
     )
 }
 
-/// 54000: more fence sequences (databases with pg_idem, or re-creations of it) drew fences in
-/// this server lifetime than the fence clock keeps floors for.
-pub fn too_many_fence_sequences(slots: usize) -> IdemError {
+/// 55000: a DBA changed one of pg_idem's own columns of idem.keys; nothing is read or written
+/// until the change is undone (`store::definition`).
+pub fn keys_table_changed(difference: &str) -> IdemError {
     IdemError::new(
-        PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-        "pg_idem cannot draw a fence for this database".to_string(),
-        format!("Fences of at most {slots} databases (counting each DROP and CREATE EXTENSION pg_idem as a new one) are kept apart in one server lifetime."),
-        "Restart the server; fewer databases with pg_idem per server also avoid it.",
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "idem.keys is not the table pg_idem created".to_string(),
+        difference.to_string(),
+        "Undo the change with ALTER TABLE idem.keys (pg_idem's own columns must keep the type, collation and NOT NULL that CREATE EXTENSION gave them). Columns of your own, defaults, triggers and rules are allowed: README, Operations.",
+    )
+}
+
+/// 55000: a table of pg_idem's was changed so that pg_idem cannot read it.
+pub fn table_changed(relid: pgrx::pg_sys::Oid, difference: String) -> IdemError {
+    // SAFETY: get_rel_name returns a palloc'd name, or NULL for a relation that is gone.
+    let name = unsafe {
+        let name = pgrx::pg_sys::get_rel_name(relid);
+        if name.is_null() {
+            format!("{}", relid.to_u32())
+        } else {
+            std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned()
+        }
+    };
+    IdemError::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!("idem.{name} is not the table pg_idem created"),
+        difference,
+        "Undo the change with ALTER TABLE: pg_idem's own columns must keep the type, collation and NOT NULL that CREATE EXTENSION gave them.",
     )
 }
 

@@ -13,13 +13,14 @@
 //! do, and so refuses to open (`Table::open` says why): triggers, row level security, CHECK
 //! constraints, generated columns, partitioning, another table access method, indexes that are
 //! not plain btree indexes on columns (expressions, predicates, exclusion constraints, deferred
-//! uniqueness).
+//! uniqueness), rules, a replica identity other than the primary key, and publications that
+//! filter rows or columns (the executor checks those against the replica identity).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use pgrx::pg_sys;
-use pgrx::{IntoDatum, PgTupleDesc};
+use pgrx::{FromDatum, IntoDatum, PgTupleDesc};
 
 use crate::errors;
 use crate::pg_version;
@@ -857,12 +858,168 @@ fn check_writable(rel: pg_sys::Relation) -> Result<(), &'static str> {
         if !(*rel).trigdesc.is_null() {
             return Err("it has triggers");
         }
+        if !(*rel).rd_rules.is_null() {
+            // INSERT, UPDATE or DELETE rules: only the rewriter runs them
+            return Err("it has rules");
+        }
+        if class.relreplident != pg_sys::REPLICA_IDENTITY_DEFAULT as i8 {
+            // the executor refuses UPDATE and DELETE of a published table without an identity
+            return Err("its replica identity is not the default (its primary key)");
+        }
+        if !pg_version::publications_allow_update_and_delete(rel) {
+            return Err("a publication filters its rows or columns by more than its primary key");
+        }
         let constr = (*(*rel).rd_att).constr;
         if !constr.is_null() && ((*constr).num_check > 0 || (*constr).has_generated_stored) {
             return Err("it has CHECK constraints or generated columns");
         }
     }
     Ok(())
+}
+
+/// A live column of a table, as the relcache describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Column {
+    pub name: String,
+    pub type_oid: pg_sys::Oid,
+    pub typmod: i32,
+    pub collation: pg_sys::Oid,
+    pub not_null: bool,
+    pub has_default: bool,
+    /// GENERATED ... AS IDENTITY or GENERATED ALWAYS AS (...)
+    pub generated: bool,
+}
+
+/// The live columns of the table `relid` (dropped ones left out), with AccessShareLock (kept
+/// until the end of the transaction, as the executor keeps its locks); None when it is gone.
+pub fn columns_of(relid: pg_sys::Oid) -> Option<Vec<Column>> {
+    // SAFETY: try_table_open returns NULL for a dropped relation; otherwise the descriptor is
+    // valid until the table is closed below, and every field read is plain data of it.
+    unsafe {
+        let rel = pg_sys::try_table_open(relid, pg_sys::AccessShareLock as i32);
+        if rel.is_null() {
+            return None;
+        }
+        let descriptor = PgTupleDesc::from_pg_unchecked((*rel).rd_att);
+        let columns = descriptor
+            .iter()
+            .filter(|a| !a.attisdropped)
+            .map(|a| Column {
+                name: a.name().to_owned(),
+                type_oid: a.atttypid,
+                typmod: a.atttypmod,
+                collation: a.attcollation,
+                not_null: a.attnotnull,
+                has_default: a.atthasdef,
+                generated: a.attidentity != 0 || a.attgenerated != 0,
+            })
+            .collect();
+        drop(descriptor);
+        pg_sys::table_close(rel, pg_sys::NoLock as i32);
+        Some(columns)
+    }
+}
+
+/// A row found by `scan_latest_by_text_key`, deformed with its table's descriptor.
+pub struct ScannedRow<'a> {
+    descriptor: &'a PgTupleDesc<'a>,
+    values: &'a [pg_sys::Datum],
+    nulls: &'a [bool],
+}
+
+impl ScannedRow<'_> {
+    /// The value of the column `name` if it is an oid (or a reg* type, such as regrole) and
+    /// not NULL; None otherwise.
+    pub fn oid_by_name(&self, name: &str) -> Option<pg_sys::Oid> {
+        let (i, a) = self
+            .descriptor
+            .iter()
+            .enumerate()
+            .find(|(_, a)| !a.attisdropped && a.name() == name)?;
+        let oid_like = [pg_sys::OIDOID, pg_sys::REGROLEOID].contains(&a.atttypid);
+        (oid_like && !self.nulls[i]).then(|| {
+            // SAFETY: an oid datum holds the OID by value.
+            unsafe { pg_sys::Oid::from_datum(self.values[i], false) }.unwrap_or(pg_sys::InvalidOid)
+        })
+    }
+}
+
+/// Visits the rows of the table `relid` whose text column `column` equals `key`, through the
+/// btree index `index` when there is one (InvalidOid: a sequential scan), until `visit` returns
+/// true. The rows are those of the latest committed state (a fresh snapshot, as PostgreSQL
+/// reads its catalogs), not of the transaction's snapshot. No privileges are checked: callers
+/// read their own tables. Raises 55000 when the table has no such text column.
+pub fn scan_latest_by_text(
+    relid: pg_sys::Oid,
+    index: pg_sys::Oid,
+    column: &str,
+    key: &str,
+    mut visit: impl FnMut(&ScannedRow<'_>) -> bool,
+) {
+    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    // SAFETY: the table is opened and locked for the scan (the lock kept until the end of the
+    // transaction, as a SELECT keeps it); the scan key names a heap column of type text (checked
+    // first), which systable_beginscan maps to the index's column itself; the snapshot is
+    // registered for the scan's duration; each tuple is deformed while the scan holds it.
+    unsafe {
+        let rel = pg_sys::table_open(relid, lock);
+        let descriptor = PgTupleDesc::from_pg_unchecked((*rel).rd_att);
+        let Some((position, attribute)) = descriptor
+            .iter()
+            .enumerate()
+            .find(|(_, a)| !a.attisdropped && a.name() == column)
+        else {
+            errors::table_changed(relid, format!("Column {column} is missing.")).raise()
+        };
+        if attribute.atttypid != pg_sys::TEXTOID {
+            errors::table_changed(relid, format!("Column {column} is not of type text.")).raise()
+        }
+        let collation = attribute.attcollation;
+        let natts = descriptor.len();
+        let mut values = vec![pg_sys::Datum::from(0); natts];
+        let mut nulls = vec![true; natts];
+        let datum = key
+            .into_datum()
+            .unwrap_or_else(|| errors::internal("scanning by a key", "NULL text").raise());
+        let mut scan_key: pg_sys::ScanKeyData = std::mem::zeroed();
+        pg_sys::ScanKeyEntryInitialize(
+            &mut scan_key,
+            0,
+            (position + 1) as pg_sys::AttrNumber,
+            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+            pg_sys::InvalidOid,
+            collation,
+            pg_sys::RegProcedure::from(pg_sys::F_TEXTEQ),
+            datum,
+        );
+        let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+        let use_index = index != pg_sys::InvalidOid;
+        let scan = pg_sys::systable_beginscan(rel, index, use_index, snapshot, 1, &mut scan_key);
+        loop {
+            let tuple = pg_sys::systable_getnext(scan);
+            if tuple.is_null() {
+                break;
+            }
+            pg_sys::heap_deform_tuple(
+                tuple,
+                (*rel).rd_att,
+                values.as_mut_ptr(),
+                nulls.as_mut_ptr(),
+            );
+            let row = ScannedRow {
+                descriptor: &descriptor,
+                values: &values,
+                nulls: &nulls,
+            };
+            if visit(&row) {
+                break;
+            }
+        }
+        pg_sys::systable_endscan(scan);
+        pg_sys::UnregisterSnapshot(snapshot);
+        drop(descriptor);
+        pg_sys::table_close(rel, pg_sys::NoLock as i32);
+    }
 }
 
 /// SAFETY: `index` is an open index and `info` its IndexInfo.

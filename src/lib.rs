@@ -10,8 +10,9 @@
 //!   (sql/worker.sql: the purge launcher and workers, and their status); sql/cluster.sql has
 //!   only PL/pgSQL (distributing with Citus, every node's counters)
 //! - `args`: argument checks shared by the SQL functions
-//! - `store`: the key store, every read and write of idem.keys; no policy (statistics are
-//!   recorded by its callers). `store::engine` writes through `heap` (the default); the SPI path
+//! - `store`: the key store, every read and write of idem.keys, and what idem.keys must be for
+//!   pg_idem to touch it (`store::definition`); no policy (statistics are recorded by its
+//!   callers). `store::engine` writes through `heap` (the default); the SPI path
 //!   in `store` runs the same rules through prepared statements where the engine cannot (Citus,
 //!   a hot standby, an idem.keys it cannot write exactly as the executor would)
 //! - bottom, no policy: `cluster` (Citus: whether it is installed and distributes idem.keys,

@@ -115,3 +115,32 @@ pub unsafe fn storage_is_new_in_this_transaction(rel: pg_sys::Relation) -> bool 
         (*rel).rd_createSubid != 0 || new_storage != 0
     }
 }
+
+/// Whether the executor's check of a published table's replica identity
+/// (CheckCmdReplicaIdentity) lets UPDATE and DELETE through, for a table whose replica
+/// identity is its primary key. PostgreSQL 14 has no row filters or column lists, so the
+/// primary key always passes; 15 and later check that the publications' row filters and
+/// column lists (18: published generated columns) cover the identity.
+///
+/// SAFETY: `rel` is an open table.
+pub unsafe fn publications_allow_update_and_delete(rel: pg_sys::Relation) -> bool {
+    #[cfg(feature = "pg14")]
+    {
+        let _ = rel;
+        true
+    }
+    #[cfg(not(feature = "pg14"))]
+    // SAFETY: the caller's promise; RelationBuildPublicationDesc fills in the struct (from the
+    // relcache's copy when it has one).
+    unsafe {
+        let mut desc: pg_sys::PublicationDesc = std::mem::zeroed();
+        pg_sys::RelationBuildPublicationDesc(rel, &mut desc);
+        let valid = desc.rf_valid_for_update
+            && desc.rf_valid_for_delete
+            && desc.cols_valid_for_update
+            && desc.cols_valid_for_delete;
+        #[cfg(feature = "pg18")]
+        let valid = valid && desc.gencols_valid_for_update && desc.gencols_valid_for_delete;
+        valid
+    }
+}

@@ -6,9 +6,11 @@
 //!
 //! Two back-ends carry them out: `engine` (the default) works through the table and index
 //! access methods; `spi` runs prepared statements where the engine cannot (Citus must plan
-//! every statement on a distributed idem.keys; a hot standby; an idem.keys with triggers or
-//! other indexes). `with_store` picks one for the call; each operation is a method of `Store`
-//! that hands the same arguments to the back-end's function. The purge always takes SPI.
+//! every statement on a distributed idem.keys; a hot standby; an idem.keys a DBA extended with
+//! columns, defaults, triggers, rules or other indexes). `definition` says what idem.keys must
+//! be for either back-end to touch it at all: a change to pg_idem's own columns refuses every
+//! call. `with_store` picks one for the call; each operation is a method of `Store` that hands
+//! the same arguments to the back-end's function. The purge always takes SPI.
 //!
 //! Every time comparison uses the clock value the caller passes in (`now`), read once per call.
 
@@ -19,11 +21,12 @@ use crate::errors::{self, LeaseLost};
 use crate::hashing;
 use crate::time::{plus, Micros};
 
+mod definition;
 mod engine;
 pub mod fences;
 mod spi;
 
-pub use spi::{purge, purge_batch, PurgeCursor};
+pub use spi::{purge, purge_batch, PurgeCursor, Tenants};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {

@@ -11,12 +11,15 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::args::{self, check};
-use crate::{errors, guc, sql};
+use crate::{errors, guc, heap, sql};
 
 const GRANTED: &str = "SELECT 1::pg_catalog.int8 FROM idem.tenant_grants AS g \
      WHERE g.tenant OPERATOR(pg_catalog.=) $1 \
        AND pg_catalog.pg_has_role($2, g.role::pg_catalog.oid, 'USAGE') \
      LIMIT 1";
+
+const GRANTED_TENANTS: &str = "SELECT DISTINCT g.tenant FROM idem.tenant_grants AS g \
+     WHERE pg_catalog.pg_has_role($1, g.role::pg_catalog.oid, 'USAGE')";
 
 const GRANT: &str = "INSERT INTO idem.tenant_grants AS g (role, tenant) \
      VALUES ($1::pg_catalog.regrole, $2) ON CONFLICT (tenant, role) DO NOTHING \
@@ -26,38 +29,100 @@ const REVOKE: &str = "DELETE FROM idem.tenant_grants AS g \
      WHERE g.tenant OPERATOR(pg_catalog.=) $2 AND g.role::pg_catalog.oid OPERATOR(pg_catalog.=) $1 \
      RETURNING 1::pg_catalog.int8";
 
-/// Raises 42501 unless the session's role may act on `tenant`.
+/// Raises 42501 unless the role checked (`checked_role`) may act on `tenant`.
 pub fn check_access(tenant: &str) {
-    if !guc::tenant_grants() {
+    let Some(role) = restricted_role() else {
         return;
-    }
-    // The role checked is the outer user: the role the session acts as (its login role, or the
-    // role of SET ROLE), which neither pg_idem's switch to its owner for SQL nor an
-    // application's own SECURITY DEFINER wrapper changes.
-    // SAFETY: reads of this backend's session state, valid inside a transaction.
-    let role = unsafe { pg_sys::GetOuterUserId() };
-    // SAFETY: as above; superuser_arg only reads the role's catalog entry.
-    if unsafe { pg_sys::superuser_arg(role) } {
-        return;
-    }
+    };
     // With Citus the grants are a reference table: a grant or revoke made on the coordinator
     // writes every node's copy but invalidates nothing in the other nodes' backends, so no
-    // answer is kept there.
-    let citus = crate::cluster::citus_installed();
-    let look_up =
-        || sql::with_client(|c| c.query_one_i64(GRANTED, &[tenant.into(), role.into()])).is_some();
-    let granted = if citus {
-        look_up()
+    // answer is kept there, and the look-up is a statement Citus routes.
+    let granted = if crate::cluster::citus_installed() {
+        sql::with_client(|c| c.query_one_i64(GRANTED, &[tenant.into(), role.into()])).is_some()
     } else {
+        // the callbacks must be listening, and know the table, before the generation is read
+        register_callbacks();
+        grants_relation();
         cached(role, tenant).unwrap_or_else(|| {
-            let granted = look_up();
-            remember(role, tenant, granted);
+            let generation = GENERATION.with(Cell::get);
+            let granted = granted_now(role, tenant);
+            // an invalidation that arrived during the look-up may concern what it read: the
+            // answer is used once, not kept
+            if GENERATION.with(Cell::get) == generation {
+                remember(role, tenant, granted);
+            }
             granted
         })
     };
     if !granted {
         errors::tenant_denied(tenant, &role_name(role)).raise();
     }
+}
+
+/// The role whose grants limit what this call may touch: None when pg_idem.tenant_grants is
+/// off or the role is a superuser (every tenant).
+pub fn restricted_role() -> Option<pg_sys::Oid> {
+    if !guc::tenant_grants() {
+        return None;
+    }
+    let role = checked_role();
+    // SAFETY: superuser_arg only reads the role's catalog entry.
+    (!unsafe { pg_sys::superuser_arg(role) }).then_some(role)
+}
+
+/// The tenants whose expired keys the caller may purge: None for every tenant (tenant grants
+/// off, or a superuser), else those granted to the role checked (`checked_role`) or to a role
+/// whose privileges it has.
+pub fn purgeable_tenants() -> Option<Vec<String>> {
+    let role = restricted_role()?;
+    Some(sql::with_client(|c| {
+        let rows = c.run(GRANTED_TENANTS, &[role.into()]);
+        rows.into_iter()
+            .filter_map(|row| {
+                row.get::<String>(1)
+                    .unwrap_or_else(|e| errors::internal("reading granted tenants", e).raise())
+            })
+            .collect()
+    }))
+}
+
+/// Whom a tenant check asks about: the role the session acts as (its login role, or the role
+/// of SET ROLE), which neither pg_idem's own switch to its owner for SQL nor an application's
+/// SECURITY DEFINER wrapper changes; but inside a security-restricted operation the role
+/// PostgreSQL acts as. ANALYZE, VACUUM, REINDEX, CLUSTER, CREATE INDEX, REFRESH MATERIALIZED
+/// VIEW and autovacuum run a table's index expressions and other code of its owner as that
+/// owner, in such an operation, precisely so that maintenance lends the owner's code no rights
+/// of whoever started it (a superuser, or autovacuum): the owner's grants decide then.
+fn checked_role() -> pg_sys::Oid {
+    let mut user = pg_sys::InvalidOid;
+    let mut context = 0;
+    // SAFETY: reads of this backend's session state, valid inside a transaction.
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
+        if context & pg_sys::SECURITY_RESTRICTED_OPERATION as i32 != 0 {
+            user
+        } else {
+            pg_sys::GetOuterUserId()
+        }
+    }
+}
+
+/// Whether a grant on `tenant` to `role`, or to a role whose privileges it has, exists in the
+/// latest committed state of idem.tenant_grants: read with a fresh snapshot, as PostgreSQL
+/// reads its own catalogs, so that a grant or revoke committed before this call counts even
+/// inside an older REPEATABLE READ snapshot (from the next statement on, as the README says).
+fn granted_now(role: pg_sys::Oid, tenant: &str) -> bool {
+    let (relid, index) = grants_relation();
+    let mut granted = false;
+    heap::scan_latest_by_text(relid, index, "tenant", tenant, |row| {
+        let grantee = row.oid_by_name("role").unwrap_or_else(|| {
+            errors::internal("reading idem.tenant_grants", "a grant without a role").raise()
+        });
+        // SAFETY: has_privs_of_role reads role memberships (cached, with their invalidations).
+        granted = unsafe { pg_sys::has_privs_of_role(role, grantee) };
+        granted
+    });
+    granted
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -76,7 +141,12 @@ const CACHE_LIMIT: usize = 10_000;
 thread_local! {
     static ANSWERS: RefCell<HashMap<(u32, String), bool>> = RefCell::new(HashMap::new());
     static CALLBACKS_REGISTERED: Cell<bool> = const { Cell::new(false) };
-    static GRANTS_RELATION: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
+    /// idem.tenant_grants and its primary key (InvalidOid until looked up)
+    static GRANTS_RELATION: Cell<(pg_sys::Oid, pg_sys::Oid)> =
+        const { Cell::new((pg_sys::InvalidOid, pg_sys::InvalidOid)) };
+    /// Invalidations seen that empty the cache: an answer is kept only if none arrived while
+    /// it was being looked up.
+    static GENERATION: Cell<u64> = const { Cell::new(0) };
 }
 
 fn cached(role: pg_sys::Oid, tenant: &str) -> Option<bool> {
@@ -88,9 +158,6 @@ fn cached(role: pg_sys::Oid, tenant: &str) -> Option<bool> {
 }
 
 fn remember(role: pg_sys::Oid, tenant: &str, granted: bool) {
-    register_callbacks();
-    // the callback recognises the table's invalidations by this OID: know it before caching
-    grants_relation();
     ANSWERS.with(|a| {
         let mut answers = a.borrow_mut();
         if answers.len() >= CACHE_LIMIT {
@@ -101,33 +168,42 @@ fn remember(role: pg_sys::Oid, tenant: &str, granted: bool) {
 }
 
 fn forget_answers() {
+    GENERATION.with(|g| g.set(g.get() + 1));
     ANSWERS.with(|a| a.borrow_mut().clear());
 }
 
-/// The OID of idem.tenant_grants (it does not change while the extension exists; DROP EXTENSION
-/// sends a relcache invalidation for it, which clears this too).
-fn grants_relation() -> pg_sys::Oid {
+/// The OIDs of idem.tenant_grants and of its primary key (they do not change while the
+/// extension exists; DROP EXTENSION and REINDEX send a relcache invalidation of the table,
+/// which clears this too).
+fn grants_relation() -> (pg_sys::Oid, pg_sys::Oid) {
     let known = GRANTS_RELATION.with(Cell::get);
-    if known != pg_sys::InvalidOid {
+    if known.0 != pg_sys::InvalidOid {
         return known;
     }
     // SAFETY: catalog look-ups by name inside a transaction; a missing schema raises an error,
     // which cannot happen while a pg_idem function runs.
-    let relid = unsafe {
+    let found = unsafe {
         let schema = pg_sys::get_namespace_oid(c"idem".as_ptr(), false);
-        pg_sys::get_relname_relid(c"tenant_grants".as_ptr(), schema)
+        (
+            pg_sys::get_relname_relid(c"tenant_grants".as_ptr(), schema),
+            pg_sys::get_relname_relid(c"tenant_grants_pkey".as_ptr(), schema),
+        )
     };
-    GRANTS_RELATION.with(|g| g.set(relid));
-    relid
+    if found.0 == pg_sys::InvalidOid {
+        errors::internal("finding idem.tenant_grants", "the table is missing").raise();
+    }
+    // without its primary key (a DBA dropped it) the grants are read by a sequential scan
+    GRANTS_RELATION.with(|g| g.set(found));
+    found
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
-    let grants = GRANTS_RELATION.with(Cell::get);
+    let (grants, index) = GRANTS_RELATION.with(Cell::get);
     // InvalidOid: the whole relcache is being reset
-    if relid == pg_sys::InvalidOid || relid == grants {
+    if relid == pg_sys::InvalidOid || relid == grants || relid == index {
         forget_answers();
-        GRANTS_RELATION.with(|g| g.set(pg_sys::InvalidOid));
+        GRANTS_RELATION.with(|g| g.set((pg_sys::InvalidOid, pg_sys::InvalidOid)));
     }
 }
 
@@ -165,7 +241,7 @@ fn register_callbacks() {
 /// commits; nothing is sent if it rolls back.
 fn announce_change() {
     // SAFETY: queues a relcache invalidation of an existing relation in this transaction.
-    unsafe { pg_sys::CacheInvalidateRelcacheByRelid(grants_relation()) };
+    unsafe { pg_sys::CacheInvalidateRelcacheByRelid(grants_relation().0) };
 }
 
 fn role_name(role: pg_sys::Oid) -> String {

@@ -650,7 +650,8 @@ fn purge_pass(index: usize, database: &str) -> bool {
         }
         let done = BackgroundWorker::transaction(|| {
             crate::sql::with_client(|client| {
-                store::purge_batch(client, crate::time::clock(), batch, cursor)
+                let now = crate::time::clock();
+                store::purge_batch(client, now, batch, cursor, store::Tenants::Every)
             })
         });
         crate::stats::record_purged(done.deleted);

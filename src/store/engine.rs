@@ -35,6 +35,7 @@ use pgrx::memcxt::PgMemoryContexts;
 use pgrx::pg_sys;
 use pgrx::{FromDatum, IntoDatum};
 
+use super::definition::{self, Verdict};
 use super::{
     fences, not_null, plan, plan_consume, prevent_if_read_only, snapshot_per_transaction,
     stored_hash, wait_for, ClaimOutcome, ClaimRequest, ConsumePlan, ConsumeRequest, Consumed,
@@ -102,9 +103,14 @@ struct Catalog {
 /// The decision of this backend, until the next invalidation of idem.keys.
 enum Choice {
     Undecided,
-    /// The SPI path (`store::spi`).
-    Executor,
+    /// The SPI path (`store::spi`); `on_standby`: decided during recovery, so decided again
+    /// once this server is promoted.
+    Executor {
+        on_standby: bool,
+    },
     Engine(Rc<Catalog>),
+    /// One of pg_idem's own columns was changed: every call is refused (`definition`).
+    Refused(String),
 }
 
 thread_local! {
@@ -135,13 +141,9 @@ pub struct Keys {
     catalog: Rc<Catalog>,
 }
 
-/// Opens idem.keys for the engine path, or None when the executor path must run.
+/// Opens idem.keys for the engine path, or None when the executor path must run; raises 55000
+/// when one of pg_idem's own columns was changed.
 pub fn open() -> Option<Keys> {
-    // SAFETY: a plain read of shared state.
-    if unsafe { pg_sys::RecoveryInProgress() } {
-        // a hot standby: claims only read there, and table_open's RowExclusiveLock is refused
-        return None;
-    }
     if !CALLBACK_REGISTERED.with(Cell::get) {
         // SAFETY: registers a callback that only resets this backend's cached decision.
         unsafe {
@@ -152,10 +154,14 @@ pub fn open() -> Option<Keys> {
         };
         CALLBACK_REGISTERED.with(|c| c.set(true));
     }
+    // SAFETY: a plain read of shared state.
+    let standby = unsafe { pg_sys::RecoveryInProgress() };
     let cached = CHOICE.with(|c| match &*c.borrow() {
         Choice::Undecided => None,
-        Choice::Executor => Some(None),
+        Choice::Executor { on_standby } if *on_standby && !standby => None,
+        Choice::Executor { .. } => Some(None),
         Choice::Engine(catalog) => Some(Some(catalog.clone())),
+        Choice::Refused(difference) => errors::keys_table_changed(difference).raise(),
     });
     match cached {
         Some(None) => None,
@@ -163,44 +169,81 @@ pub fn open() -> Option<Keys> {
         // is opened) is decided again
         Some(Some(catalog)) => match Table::open(&catalog.layout) {
             Ok(table) => Some(Keys { table, catalog }),
-            Err(_) => decide(),
+            Err(_) => decide(standby),
         },
-        None => decide(),
+        None => decide(standby),
     }
 }
 
-fn decide() -> Option<Keys> {
-    let found = if crate::cluster::citus_installed() {
-        Err("Citus is installed, and must plan every statement on idem.keys")
-    } else {
-        look_up()
-    };
-    let (choice, keys) = match found {
-        Ok(keys) => (Choice::Engine(keys.catalog.clone()), Some(keys)),
-        Err(why) => {
+/// Why the engine does not write idem.keys, or that it does.
+enum Decision {
+    Engine(Keys),
+    Executor(String),
+    Refused(String),
+}
+
+fn decide(standby: bool) -> Option<Keys> {
+    let (choice, keys) = match look_up(standby) {
+        Decision::Engine(keys) => (Choice::Engine(keys.catalog.clone()), Some(keys)),
+        Decision::Executor(why) => {
             pgrx::debug1!("pg_idem: idem.keys is written through the executor: {why}");
-            (Choice::Executor, None)
+            (
+                Choice::Executor {
+                    on_standby: standby,
+                },
+                None,
+            )
+        }
+        Decision::Refused(difference) => {
+            CHOICE.with(|c| *c.borrow_mut() = Choice::Refused(difference.clone()));
+            errors::keys_table_changed(&difference).raise()
         }
     };
     CHOICE.with(|c| *c.borrow_mut() = choice);
     keys
 }
 
-fn look_up() -> Result<Keys, &'static str> {
+fn look_up(standby: bool) -> Decision {
     // SAFETY: a catalog look-up by name; a missing schema gives InvalidOid (missing_ok).
     let namespace = unsafe { pg_sys::get_namespace_oid(c"idem".as_ptr(), true) };
     let relid = oid_by_name(namespace, c"keys");
     let fence_seq = oid_by_name(namespace, c"fence_seq");
     if [relid, fence_seq].contains(&pg_sys::InvalidOid) {
-        return Err("idem.keys or idem.fence_seq is missing");
+        return Decision::Executor("idem.keys or idem.fence_seq is missing".into());
     }
     KEYS_RELID.with(|r| r.set(relid));
-    let (layout, table) = Layout::load(relid)?;
-    let columns = Columns::resolve(&table)?;
-    let primary_key = layout
-        .primary_key(&table, &[columns.tenant, columns.key])
-        .ok_or("it has no valid primary key on (tenant, key)")?;
-    Ok(Keys {
+    // pg_idem's own columns first, whichever path writes: no datum of another type is ever
+    // read or written as one of them
+    let Some(columns) = crate::heap::columns_of(relid) else {
+        return Decision::Executor("it was dropped".into());
+    };
+    match definition::compare(&columns) {
+        Verdict::Changed(difference) => return Decision::Refused(difference),
+        Verdict::Extended(_) if standby => {}
+        Verdict::Extended(why) => return Decision::Executor(why),
+        Verdict::Exact => {}
+    }
+    if standby {
+        // a hot standby: claims only read there, and table_open's RowExclusiveLock is refused
+        return Decision::Executor("this server is a hot standby".into());
+    }
+    if crate::cluster::citus_installed() {
+        return Decision::Executor(
+            "Citus is installed, and must plan every statement on idem.keys".into(),
+        );
+    }
+    let (layout, table) = match Layout::load(relid) {
+        Ok(loaded) => loaded,
+        Err(why) => return Decision::Executor(why.into()),
+    };
+    let columns = match Columns::resolve(&table) {
+        Ok(columns) => columns,
+        Err(why) => return Decision::Executor(why.into()),
+    };
+    let Some(primary_key) = layout.primary_key(&table, &[columns.tenant, columns.key]) else {
+        return Decision::Executor("it has no valid primary key on (tenant, key)".into());
+    };
+    Decision::Engine(Keys {
         table,
         catalog: Rc::new(Catalog {
             fence_seq,

@@ -542,6 +542,7 @@ fn purge_batch_sql(table: &str) -> String {
         "WITH batch AS MATERIALIZED ( \
              SELECT c.ctid AS row_id, ({c}) AS purgeable, c.purge_after FROM {table} AS c \
               WHERE c.purge_after OPERATOR(pg_catalog.<) $1 AND c.purge_after OPERATOR(pg_catalog.>=) $3 \
+                AND ($4::pg_catalog.text[] IS NULL OR c.tenant OPERATOR(pg_catalog.=) ANY ($4::pg_catalog.text[])) \
               ORDER BY c.purge_after LIMIT $2 \
                 FOR UPDATE SKIP LOCKED), \
          deleted AS ( \
@@ -592,6 +593,15 @@ impl PurgeCursor {
     }
 }
 
+/// Whose expired keys a purge deletes.
+#[derive(Clone, Copy, Debug)]
+pub enum Tenants<'a> {
+    Every,
+    /// Only these tenants' (a caller limited by pg_idem.tenant_grants: it locks no other
+    /// tenant's rows in its transaction)
+    Only(&'a [String]),
+}
+
 /// One purge batch in the caller's transaction: looks at up to `limit` keys whose purge_after
 /// has passed, from `cursor` on, skipping any row another transaction has locked, deletes the
 /// purgeable ones and re-arms the rest. The work is bounded by `limit`, however large the
@@ -601,6 +611,7 @@ pub fn purge_batch(
     now: Micros,
     limit: i64,
     cursor: PurgeCursor,
+    tenants: Tenants<'_>,
 ) -> PurgeBatch {
     let targets = cluster::local_key_tables(client);
     let Some(target) = targets.get(cursor.target) else {
@@ -610,10 +621,15 @@ pub fn purge_batch(
             more: false,
         };
     };
+    let tenants_arg = match tenants {
+        Tenants::Every => DatumWithOid::null::<Vec<String>>(),
+        Tenants::Only(tenants) => tenants.to_vec().into(),
+    };
     let args = [
         timestamptz_arg(now),
         limit.into(),
         timestamptz_arg(cursor.after),
+        tenants_arg,
     ];
     let table = if cursor.target == 0 && target == "idem.keys" {
         first_row(run(client, Stmt::PurgeBatch, &args))
@@ -658,7 +674,12 @@ pub fn purge_batch(
 /// over all of them wherever purge_after values tie (keys claimed in one transaction share their
 /// clock): quadratic. A second statement runs only when the first re-armed some of the rows it
 /// looked at instead of deleting them, and continues after them.
-pub fn purge(client: &Client<'_, '_>, now: Micros, max_rows: Option<i64>) -> i64 {
+pub fn purge(
+    client: &Client<'_, '_>,
+    now: Micros,
+    max_rows: Option<i64>,
+    tenants: Tenants<'_>,
+) -> i64 {
     let mut deleted = 0;
     let mut cursor = PurgeCursor::start();
     loop {
@@ -667,7 +688,7 @@ pub fn purge(client: &Client<'_, '_>, now: Micros, max_rows: Option<i64>) -> i64
             Some(max) => max - deleted,
             None => i64::MAX,
         };
-        let batch = purge_batch(client, now, limit, cursor);
+        let batch = purge_batch(client, now, limit, cursor, tenants);
         deleted += batch.deleted;
         cursor = batch.cursor;
         if !batch.more {

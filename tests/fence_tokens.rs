@@ -1,0 +1,136 @@
+//! What fences promise and what they do not (README, Security: "A fence is a token against
+//! stale workers, not a secret"), and that no number of databases or re-creations of the
+//! extension in one server lifetime exhausts anything fences need.
+
+use std::time::Duration;
+
+use pg_idem_tests::*;
+
+/// The fence of a simple-protocol result whose last statement returned one bigint.
+fn last_value(messages: &[postgres::SimpleQueryMessage]) -> i64 {
+    messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(row) => row.get(0).map(|v| v.parse().unwrap()),
+            _ => None,
+        })
+        .expect("a value")
+}
+
+#[test]
+fn a_fence_can_be_found_by_whoever_may_act_on_the_tenant_and_by_nobody_else() {
+    let server = Server::start(&[]);
+    server
+        .client()
+        .batch_execute(
+            "CREATE ROLE worker LOGIN; CREATE ROLE scanner LOGIN; CREATE ROLE outsider LOGIN; \
+             SELECT idem_grant_tenant('worker', 'bank'), idem_grant_tenant('scanner', 'bank'); \
+             ALTER DATABASE postgres SET pg_idem.tenant_grants = on",
+        )
+        .unwrap();
+    let mut worker = server.client_as("worker");
+    let held = claim_with(&mut worker, "bank", "payout", "h", "10 min", None);
+    let fence = held.fence.unwrap();
+
+    // what the scanner sees: the holder's lease, so the claim's clock reading
+    let mut scanner = server.client_as("scanner");
+    let seen: i64 = scanner
+        .query_one(
+            "SELECT (extract(epoch FROM c.lease_expires_at - interval '10 min' \
+                     - timestamptz '2000-01-01 00:00:00+00') * 1000000)::int8 \
+               FROM idem_claim('bank', 'payout', 'h') AS c",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let mut found = None;
+    for (calls, guess) in (seen..seen + 200_000).enumerate() {
+        if scanner
+            .query_one("SELECT idem_heartbeat('bank', 'payout', $1)", &[&guess])
+            .is_ok()
+        {
+            found = Some((guess, calls + 1));
+            break;
+        }
+    }
+    let (guess, calls) = found.expect("the live fence is near the claim's clock reading");
+    assert_eq!(guess, fence);
+    eprintln!("the live fence was found in {calls} calls");
+
+    // a role that may not act on the tenant learns nothing, whatever it guesses
+    let mut outsider = server.client_as("outsider");
+    for guess in [fence - 1, fence, fence + 1] {
+        let err = outsider
+            .query_one("SELECT idem_heartbeat('bank', 'payout', $1)", &[&guess])
+            .expect_err("refused");
+        assert_eq!(sqlstate(&err), "42501");
+    }
+}
+
+#[test]
+fn thousands_of_databases_and_recreations_never_run_out_of_fences() {
+    let server = Server::start(&[]);
+    let mut db = server.client();
+    let mut other = server.client();
+    let mut highest = 0_i64;
+    let mut record = |fence: i64, what: &str| {
+        assert!(fence > highest, "{what}: fence {fence} after {highest}");
+        highest = fence;
+    };
+    // more than the 4,096 (database, sequence) slots of 0.4.0, each a new fence sequence
+    for round in 0..4_200 {
+        let fence = last_value(
+            &db.simple_query(
+                "DROP EXTENSION pg_idem; CREATE EXTENSION pg_idem; \
+                 SELECT fence FROM idem_claim('t', 'k', 'h')",
+            )
+            .unwrap_or_else(|e| panic!("round {round}: {e:?}")),
+        );
+        record(fence, "a re-created extension");
+        if round % 300 == 0 {
+            // a backend that knew an earlier sequence's floor
+            let fence = last_value(
+                &other
+                    .simple_query(&format!(
+                        "SELECT fence FROM idem_claim('t', 'other-{round}', 'h')"
+                    ))
+                    .unwrap(),
+            );
+            record(fence, "another backend");
+            // a database of its own, dropped again
+            let name = format!("scratch_{round}");
+            db.batch_execute(&format!("CREATE DATABASE {name}"))
+                .unwrap();
+            let mut scratch = server.client_db(&name);
+            let fence = last_value(
+                &scratch
+                    .simple_query(
+                        "CREATE EXTENSION pg_idem; SELECT fence FROM idem_claim('t', 'k', 'h')",
+                    )
+                    .unwrap(),
+            );
+            record(fence, "a new database");
+            drop(scratch);
+            db.batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
+                .unwrap();
+        }
+    }
+    // and after a restart, still above everything handed out before
+    drop(db);
+    drop(other);
+    server.stop("immediate");
+    server.start_again();
+    let mut db = server.client();
+    wait_for(
+        "the server to accept claims",
+        Duration::from_secs(30),
+        || db.simple_query("SELECT 1").is_ok(),
+    );
+    let fence = last_value(
+        &db.simple_query("SELECT fence FROM idem_claim('t', 'after-restart', 'h')")
+            .unwrap(),
+    );
+    record(fence, "after a crash restart");
+    amcheck(&mut db);
+}
