@@ -68,3 +68,17 @@ SELECT * FROM show_error($$SET pg_idem.tenant_grants = off$$);
 RESET ROLE;
 RESET pg_idem.tenant_grants;
 DROP ROLE regress_idem_app;
+-- 55000: a DBA changed one of pg_idem's own columns of idem.keys (undone right after)
+BEGIN;
+ALTER TABLE idem.keys ALTER COLUMN response_code TYPE numeric;
+SELECT * FROM show_error($$SELECT idem_claim('errors', 'typed', 'h')$$);
+ROLLBACK;
+BEGIN;
+ALTER TABLE idem.keys ALTER COLUMN tenant TYPE varchar(16);
+SELECT * FROM show_error($$SELECT idem_consume('errors', 'narrow')$$);
+ROLLBACK;
+BEGIN;
+ALTER TABLE idem.keys ALTER COLUMN fence DROP NOT NULL;
+SELECT * FROM show_error($$SELECT idem_forget('errors', 'nullable')$$);
+ROLLBACK;
+SELECT idem_forget('errors', 'after-undo') AS forgot;
