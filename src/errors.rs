@@ -133,6 +133,16 @@ pub fn key_not_found(function: &str, tenant: &str, key: &str, fence: i64) -> Ide
     )
 }
 
+/// 54000: more databases with pg_idem draw fences at once than the fence clock keeps floors for.
+pub fn too_many_fence_databases(slots: usize) -> IdemError {
+    IdemError::new(
+        PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+        "pg_idem cannot draw a fence for this database".to_string(),
+        format!("Fences of at most {slots} existing databases with pg_idem are kept apart in one server lifetime (dropped databases free theirs)."),
+        "Drop databases with pg_idem that are no longer used, or restart the server.",
+    )
+}
+
 /// 55000: a DBA changed one of pg_idem's own columns of idem.keys; nothing is read or written
 /// until the change is undone (`store::definition`).
 pub fn keys_table_changed(difference: &str) -> IdemError {

@@ -19,11 +19,12 @@
 //! database's *floor*, is at least that fence and flushed to WAL. The floor is raised a minute
 //! of clock ahead at a time (setval, then XLogFlush), so about once a minute per database, by
 //! whichever claim crosses it; every other backend learns the new floor by reading the sequence
-//! under the same lock, once a minute. After a crash or a restart, the first fence a backend
-//! draws is above its database's floor (the counter is lifted to it), so it exceeds every fence
-//! handed out before, whatever the clock says. Shared memory holds only the counter: what a
-//! floor is, each backend keeps for itself, so no number of databases, or of DROP and CREATE
-//! EXTENSION, exhausts anything. idem.fence_seq is WAL-logged, so it reaches standbys, pg_dump and
+//! under the same lock. After a crash or a restart, the first fence a database draws is above its
+//! floor (the counter is lifted to it once per server lifetime, never again: a floor raised in
+//! this lifetime is ahead of the clock, and lifting to it would run fences ahead of the clock,
+//! which the failover term below needs), so it exceeds every fence handed out before, whatever
+//! the clock says. Shared memory keeps one slot per database: creating the extension again
+//! reuses it, and a dropped database's slot is freed when another needs one. idem.fence_seq is WAL-logged, so it reaches standbys, pg_dump and
 //! pg_upgrade keep it.
 //!
 //! Failover: a promoted standby has the floor as far as it had replayed the WAL. Fences there
@@ -36,8 +37,7 @@
 //! whenever nextval writes WAL (it logs 32 values ahead) that WAL is flushed before the fence is
 //! used, so a crash cannot hand them out again; across failover, what the standby replayed.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
@@ -53,13 +53,50 @@ const FLOOR_AHEAD: Micros = 60 * 1_000_000;
 /// objsubid of the advisory lock that serialises raising one database's floor (pg_locks).
 const FLOOR_LOCK_SPACE: u16 = 0x1df;
 
-/// The one value every backend shares: the last fence this server lifetime handed out. What
-/// each database's floor is, each backend learns for itself (`Known`), so that shared memory
-/// holds nothing per database or per sequence: no limit on how many databases, or re-creations
-/// of the extension, one server lifetime serves.
-#[derive(Default)]
+/// Databases one server lifetime can draw fences for at once. A dropped database's slot is
+/// reused, and re-creating the extension in a database reuses the database's slot.
+const SLOTS: usize = 4096;
+
+/// The floor of one database's fence sequence, as this server lifetime knows it.
+struct Slot {
+    /// The database's OID; 0 while the slot is free.
+    database: AtomicU32,
+    /// The fence sequence `lifted` and `floor` are about; 0 until the first fence.
+    sequence: AtomicU32,
+    /// The sequence's value when this lifetime first drew from it (at least 1 once set): every
+    /// fence handed out before, by an earlier server lifetime, is at most this. 0 until then.
+    lifted: AtomicI64,
+    /// Fences up to this are covered by the sequence, flushed.
+    floor: AtomicI64,
+}
+
+impl Slot {
+    /// Forgets what the slot knew: the next fence lifts again (safe at any time: a lift only
+    /// raises the counter).
+    fn forget(&self) {
+        self.lifted.store(0, Ordering::Release);
+        self.floor.store(0, Ordering::Release);
+        self.sequence.store(0, Ordering::Release);
+    }
+}
+
 pub struct FenceClock {
     last: AtomicI64,
+    slots: [Slot; SLOTS],
+}
+
+impl Default for FenceClock {
+    fn default() -> Self {
+        FenceClock {
+            last: AtomicI64::new(0),
+            slots: std::array::from_fn(|_| Slot {
+                database: AtomicU32::new(0),
+                sequence: AtomicU32::new(0),
+                lifted: AtomicI64::new(0),
+                floor: AtomicI64::new(0),
+            }),
+        }
+    }
 }
 
 // SAFETY: atomics only, no pointers: valid in every process at any address.
@@ -73,50 +110,23 @@ pub fn init_shared_memory() {
     pg_shmem_init!(CLOCK);
 }
 
-/// What this backend knows of its database's fence sequence, read under the floor lock.
-#[derive(Clone, Copy)]
-struct Known {
-    sequence: pg_sys::Oid,
-    /// The sequence's value when this backend first drew from it (at least 1): every fence
-    /// handed out before, by any server lifetime, is at most this.
-    lifted: i64,
-    /// Fences up to this are covered by the sequence, flushed.
-    floor: i64,
-}
-
-thread_local! {
-    static KNOWN: Cell<Option<Known>> = const { Cell::new(None) };
-    static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Forgets what this backend knows when the sequence (or every relation) is invalidated: a
-/// dropped sequence's OID may be reused by a new one, whose floor starts again.
-///
-/// SAFETY: called by PostgreSQL's invalidation machinery; it only touches this backend's
-/// thread-locals.
-#[pg_guard]
-unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
-    let known = KNOWN.with(Cell::get);
-    if known.is_some_and(|k| relid == pg_sys::InvalidOid || relid == k.sequence) {
-        KNOWN.with(|k| k.set(None));
-    }
-}
-
 /// The next fence of the database whose fence sequence is `sequence`, at least `at_least`.
 pub fn next(sequence: pg_sys::Oid, at_least: i64) -> i64 {
     if !preload::active() {
         return from_sequence(sequence).max(at_least);
     }
     let clock_state = CLOCK.get();
-    let known = match KNOWN.with(Cell::get).filter(|k| k.sequence == sequence) {
-        Some(known) => known,
-        None => with_floor_lock(sequence, || lift(clock_state, sequence)),
-    };
+    let slot = slot_of(clock_state);
+    if slot.sequence.load(Ordering::Acquire) != sequence.to_u32()
+        || slot.lifted.load(Ordering::Acquire) == 0
+    {
+        with_floor_lock(|| lift(clock_state, slot, sequence));
+    }
     // above every fence of earlier lifetimes, whatever this lifetime's counter says
-    let at_least = at_least.max(known.lifted + 1);
+    let at_least = at_least.max(slot.lifted.load(Ordering::Acquire) + 1);
     let fence = draw(clock_state, at_least);
-    if fence > known.floor {
-        with_floor_lock(sequence, || raise(known, fence));
+    if fence > slot.floor.load(Ordering::Acquire) {
+        with_floor_lock(|| raise(slot, sequence, fence));
     }
     fence
 }
@@ -137,59 +147,110 @@ fn draw(state: &FenceClock, at_least: i64) -> i64 {
     }
 }
 
-/// This backend's first fence from `sequence`: the shared counter goes above the sequence's
-/// value, which is at least every fence handed out before (they were all covered by a floor
-/// flushed under the floor lock, which the caller holds).
-fn lift(state: &FenceClock, sequence: pg_sys::Oid) -> Known {
-    if !CALLBACK_REGISTERED.with(Cell::get) {
-        // SAFETY: registers, once per backend, a callback that only clears a thread-local.
-        unsafe {
-            pg_sys::CacheRegisterRelcacheCallback(
-                Some(on_relcache_invalidation),
+/// The slot of this database, taken on first use; when every slot is taken, the slots of
+/// databases that no longer exist are freed first.
+fn slot_of(state: &FenceClock) -> &Slot {
+    // SAFETY: MyDatabaseId is set once the backend is connected, before any SQL runs.
+    let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let start = (database as usize).wrapping_mul(2_654_435_761) % SLOTS;
+    for pass in 0..2 {
+        for probe in 0..SLOTS {
+            let slot = &state.slots[(start + probe) % SLOTS];
+            match slot
+                .database
+                .compare_exchange(0, database, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return slot,
+                Err(seen) if seen == database => return slot,
+                Err(_) => {}
+            }
+        }
+        if pass == 0 {
+            free_slots_of_dropped_databases(state);
+        }
+    }
+    errors::too_many_fence_databases(SLOTS).raise()
+}
+
+/// Frees the slots of databases that were dropped: no backend can be connected to one, so
+/// none is using its slot.
+fn free_slots_of_dropped_databases(state: &FenceClock) {
+    for slot in &state.slots {
+        let database = slot.database.load(Ordering::Acquire);
+        if database == 0 {
+            continue;
+        }
+        // SAFETY: a syscache probe of pg_database (a shared catalog) inside a transaction.
+        let exists = unsafe {
+            pg_sys::SearchSysCacheExists(
+                pg_sys::SysCacheIdentifier::DATABASEOID as i32,
+                pg_sys::Datum::from(database),
+                pg_sys::Datum::from(0),
+                pg_sys::Datum::from(0),
                 pg_sys::Datum::from(0),
             )
         };
-        CALLBACK_REGISTERED.with(|r| r.set(true));
+        if !exists {
+            slot.forget();
+            let _ =
+                slot.database
+                    .compare_exchange(database, 0, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+}
+
+/// First use of this database's sequence in this server lifetime (or of a new sequence, after
+/// the extension was created again): the counter goes above the sequence's value, which is at
+/// least every fence handed out before (they were all covered by a flushed floor). The caller
+/// holds the floor lock.
+fn lift(state: &FenceClock, slot: &Slot, sequence: pg_sys::Oid) {
+    if slot.sequence.load(Ordering::Acquire) == sequence.to_u32()
+        && slot.lifted.load(Ordering::Acquire) != 0
+    {
+        return;
     }
     let value = owner::as_extension_owner(|| sequence_value(sequence));
     state.last.fetch_max(value, Ordering::AcqRel);
-    let known = Known {
-        sequence,
-        lifted: value.max(1),
-        floor: value,
-    };
-    KNOWN.with(|k| k.set(Some(known)));
-    known
+    slot.floor.store(value, Ordering::Release);
+    slot.lifted.store(value.max(1), Ordering::Release);
+    slot.sequence.store(sequence.to_u32(), Ordering::Release);
 }
 
 /// Makes the floor at least `fence`, flushed: another backend may have raised it already (then
 /// this one only learns it), else it is raised to a minute of clock above `fence`. The caller
 /// holds the floor lock, so a value read here was flushed by whoever wrote it.
-fn raise(known: Known, fence: i64) {
+fn raise(slot: &Slot, sequence: pg_sys::Oid, fence: i64) {
+    if slot.sequence.load(Ordering::Acquire) == sequence.to_u32()
+        && slot.floor.load(Ordering::Acquire) >= fence
+    {
+        return;
+    }
     let floor = owner::as_extension_owner(|| {
-        let current = sequence_value(known.sequence);
+        let current = sequence_value(sequence);
         if current >= fence {
             return current;
         }
         let floor = fence.saturating_add(FLOOR_AHEAD);
-        set_sequence(known.sequence, floor);
+        set_sequence(sequence, floor);
         // SAFETY: XactLastRecEnd is the end of the WAL record setval just wrote; flushing up to
         // it makes the floor survive a crash before the fence is used.
         unsafe { pg_sys::XLogFlush(pg_sys::XactLastRecEnd) };
         floor
     });
-    KNOWN.with(|k| k.set(Some(Known { floor, ..known })));
+    if slot.sequence.load(Ordering::Acquire) == sequence.to_u32() {
+        slot.floor.fetch_max(floor, Ordering::AcqRel);
+    }
 }
 
 /// Runs `f` holding this database's floor lock, a transaction-level advisory lock in its own
 /// space, released as soon as `f` returns: the floor is raised by one backend at a time. The
 /// wait is interruptible and deadlock-checked (it is a heavyweight lock, and `f` waits for
 /// nothing a claim could hold).
-fn with_floor_lock<R>(sequence: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
+fn with_floor_lock<R>(f: impl FnOnce() -> R) -> R {
     let tag = pg_sys::LOCKTAG {
         // SAFETY: MyDatabaseId is set once the backend is connected, before any SQL runs.
         locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
-        locktag_field2: sequence.to_u32(),
+        locktag_field2: 0,
         locktag_field3: 0,
         locktag_field4: FLOOR_LOCK_SPACE,
         locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
