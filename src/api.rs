@@ -537,22 +537,28 @@ mod tests {
 
     #[pg_test]
     fn fenced_operations_return_the_new_times() {
-        let f = claim3("fenced_operations_return_the_new_times", "k", "h")
-            .1
-            .unwrap();
-        let lease = Spi::get_one::<bool>(&format!(
-            "SELECT t BETWEEN clock_timestamp() + '4 min' AND clock_timestamp() + '6 min' \
-             FROM idem_heartbeat('fenced_operations_return_the_new_times', 'k', {f}, '5 min') AS t"
-        ))
-        .unwrap();
-        assert_eq!(lease, Some(true));
-        let expires = Spi::get_one::<bool>(&format!(
-            "SELECT t BETWEEN clock_timestamp() + '23 hours' AND clock_timestamp() + '25 hours' \
-             FROM idem_complete('fenced_operations_return_the_new_times', 'k', {f}, 200) AS t"
-        ))
-        .unwrap();
+        let t = "fenced_operations_return_the_new_times";
+        let f = claim3(t, "k", "h").1.unwrap();
+        // each new time is the call's clock plus the interval exactly: between the clock read
+        // before the call and the one read after it (the select list runs after the function)
+        let within = |call: &str, interval: &str| {
+            let before = one_text("SELECT clock_timestamp()::text").unwrap();
+            Spi::get_one::<bool>(&format!(
+                "SELECT t BETWEEN '{before}'::timestamptz + interval '{interval}' \
+                 AND clock_timestamp() + interval '{interval}' FROM {call} AS t"
+            ))
+            .unwrap()
+        };
         assert_eq!(
-            expires,
+            within(
+                &format!("idem_heartbeat('{t}', 'k', {f}, '5 min')"),
+                "5 min"
+            ),
+            Some(true),
+            "a heartbeat extends the lease by exactly 5 minutes"
+        );
+        assert_eq!(
+            within(&format!("idem_complete('{t}', 'k', {f}, 200)"), "24 hours"),
             Some(true),
             "a completed key is replayed for the default ttl of 24 hours"
         );
