@@ -4,13 +4,26 @@
 #
 # Needs PostgreSQL with pg_idem installed, python3, and Node.js 20 with npm. Installs the
 # examples' own dependencies (examples/python/.venv, examples/node/node_modules).
+#
+#   examples/run.sh            the examples connect to the server
+#   examples/run.sh --pooler   through a PgBouncer (Debian's pgbouncer) of their own in
+#                              transaction mode with 2 server connections, on a free port
 set -euo pipefail
+
+pooler=0
+case "${1:-}" in
+    --pooler) pooler=1 ;;
+    "") ;;
+    *) echo "usage: examples/run.sh [--pooler]" >&2; exit 2 ;;
+esac
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=../scripts/lib/pg.sh
 source "$here/../scripts/lib/pg.sh"
 
-for tool in python3 node npm psql; do
+tools=(python3 node npm psql)
+[ "$pooler" = 1 ] && tools+=(pgbouncer)
+for tool in "${tools[@]}"; do
     command -v "$tool" >/dev/null || { echo "run.sh: $tool not found" >&2; exit 1; }
 done
 
@@ -48,6 +61,44 @@ fi
 echo "== starting PostgreSQL"
 pg_start "$pgdir" "shared_preload_libraries = 'pg_idem'"
 psql -q -v ON_ERROR_STOP=1 -c 'CREATE EXTENSION IF NOT EXISTS pg_idem'
+
+if [ "$pooler" = 1 ]; then
+    # its own configuration, port and no Unix socket: Debian's pgbouncer service (port 6432) is
+    # neither used nor disturbed; run as the server's user, killed by cleanup
+    echo "== starting PgBouncer (transaction mode)"
+    bouncer_dir="$pgdir/pgbouncer"
+    mkdir -p "$bouncer_dir"
+    bouncer_port="$(pg_free_port)"
+    echo '"postgres" ""' >"$bouncer_dir/userlist.txt"
+    printf '%s\n' \
+        "[databases]" \
+        "postgres = host=127.0.0.1 port=$PGPORT dbname=postgres" \
+        "[pgbouncer]" \
+        "listen_addr = 127.0.0.1" \
+        "listen_port = $bouncer_port" \
+        "unix_socket_dir =" \
+        "auth_type = trust" \
+        "auth_file = $bouncer_dir/userlist.txt" \
+        "pool_mode = transaction" \
+        "default_pool_size = 2" \
+        "max_client_conn = 200" \
+        "logfile = $bouncer_dir/pgbouncer.log" >"$bouncer_dir/pgbouncer.ini"
+    if [ "$(id -u)" = 0 ]; then
+        chown -R postgres "$bouncer_dir"
+        # setpriv execs pgbouncer itself: $! is pgbouncer's pid, for cleanup to kill
+        setpriv --reuid=postgres --regid=postgres --init-groups \
+            "$(command -v pgbouncer)" -q "$bouncer_dir/pgbouncer.ini" &
+    else
+        pgbouncer -q "$bouncer_dir/pgbouncer.ini" &
+    fi
+    pids+=("$!")
+    for _ in $(seq 100); do
+        psql -q -p "$bouncer_port" -c 'SELECT 1' >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    psql -q -p "$bouncer_port" -c 'SELECT 1' >/dev/null || { cat "$bouncer_dir/pgbouncer.log" >&2; exit 1; }
+    export PGPORT="$bouncer_port"
+fi
 
 # start_server NAME CMD...: starts an example server in the background and sets $url
 start_server() {

@@ -21,8 +21,10 @@ wanted=("$@")
 [ "${#wanted[@]}" = 0 ] && wanted=(15)
 [ "${wanted[*]}" = all ] && wanted=("${SUPPORTED_PG[@]}")
 
-# faketime: the failover tests set a standby's clock back (tests/failover.rs; they skip without it)
-packages=(postgresql-15 postgresql-server-dev-15 postgresql-client-15 libclang-dev clang sudo python3-venv faketime)
+# faketime: the failover tests set a standby's clock back (tests/failover.rs; reported as skipped
+# without it, and a failure in scripts/test.sh, which requires it)
+# pgbouncer: the pooler suite (tests/pooler.rs) runs its own PgBouncer, never Debian's service
+packages=(postgresql-15 postgresql-server-dev-15 postgresql-client-15 libclang-dev clang sudo python3-venv faketime pgbouncer)
 command -v node >/dev/null || packages+=(nodejs)
 command -v npm >/dev/null || packages+=(npm)
 missing=()

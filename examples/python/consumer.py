@@ -38,7 +38,9 @@ def check(name, ok, detail=""):
 
 
 def connect():
-    return psycopg.connect(autocommit=True)
+    # prepare_threshold=None: no server-side prepared statements, so that it also works behind a
+    # transaction pooler (PgBouncer before 1.21; examples/run.sh --pooler)
+    return psycopg.connect(autocommit=True, prepare_threshold=None)
 
 
 with connect() as db:

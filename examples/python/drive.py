@@ -131,7 +131,7 @@ status, _, body = post(None, payment)
 check("missing Idempotency-Key: 400", status == 400, f"{status} {body!r}")
 
 # Whatever the client saw, each key must have produced its payments exactly once.
-with psycopg.connect("") as conn:
+with psycopg.connect("", prepare_threshold=None) as conn:
     rows = conn.execute(
         "SELECT tenant, idem_key, count(*) FROM payments WHERE tenant IN (%s, %s)"
         " GROUP BY tenant, idem_key", (ACME, GLOBEX)).fetchall()

@@ -24,7 +24,11 @@ from psycopg_pool import ConnectionPool
 AMOUNT_LIMIT = 1_000_000  # above it a payment is declined: a final error, replayed like a success
 MAX_BODY_BYTES = 64 * 1024
 
-pool = ConnectionPool("", min_size=1, max_size=10, open=False)
+# prepare_threshold=None: no server-side prepared statements, so that it also works behind a
+# transaction pooler (PgBouncer before 1.21; examples/run.sh --pooler)
+pool = ConnectionPool(
+    "", min_size=1, max_size=10, open=False, kwargs={"prepare_threshold": None}
+)
 
 # keys whose injected failure has happened; lives in memory like a flaky downstream service would
 failed_keys = set()
