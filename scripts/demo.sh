@@ -8,6 +8,10 @@
 #   scripts/demo.sh --debug      build in debug mode (faster to build)
 #   scripts/demo.sh --pg 17      on PostgreSQL 17 (default: Debian's 15)
 #   scripts/demo.sh --installed  use the pg_idem already installed (from a package), build nothing
+#   scripts/demo.sh --installed --pg-bindir DIR
+#                                the PostgreSQL whose binaries are in DIR, with the pg_idem
+#                                installed there (the test command's package check: a copy of
+#                                Debian's PostgreSQL 15 with the .deb's files in it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
@@ -17,22 +21,31 @@ source scripts/lib/versions.sh
 major=15
 install_args=()
 build=1
+bindir=""
+usage="usage: scripts/demo.sh [--debug] [--pg NN] [--installed [--pg-bindir DIR]]"
 while [ $# -gt 0 ]; do
     case "$1" in
         --debug) install_args+=(--debug) ;;
         --pg) major="$2"; shift ;;
         --installed) build=0 ;;
-        *) echo "usage: scripts/demo.sh [--debug] [--pg NN] [--installed]" >&2; exit 2 ;;
+        --pg-bindir) bindir="$2"; shift ;;
+        *) echo "$usage" >&2; exit 2 ;;
     esac
     shift
 done
 
-if [ "$build" = 1 ]; then
-    scripts/setup.sh "$major"
+if [ -n "$bindir" ]; then
+    [ "$build" = 0 ] || { echo "--pg-bindir goes with --installed" >&2; echo "$usage" >&2; exit 2; }
+    [ -x "$bindir/pg_config" ] && [ -x "$bindir/postgres" ] || { echo "no PostgreSQL in $bindir" >&2; exit 2; }
+    export PG_CONFIG="$bindir/pg_config" PATH="$bindir:$PATH" PG_BINDIR="$bindir"
 else
-    ensure_pg "$major"
+    if [ "$build" = 1 ]; then
+        scripts/setup.sh "$major"
+    else
+        ensure_pg "$major"
+    fi
+    use_pg "$major"
 fi
-use_pg "$major"
 if [ "$build" = 1 ]; then
     scripts/install.sh "${install_args[@]}"
 fi

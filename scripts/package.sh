@@ -53,7 +53,7 @@ Package: $name
 Version: $version
 Architecture: amd64
 Maintainer: pg_idem developers <maintainers@pg-idem.dev>
-Depends: postgresql-15, libc6
+Depends: postgresql-15, libc6, libgcc-s1
 Section: database
 Priority: optional
 Installed-Size: $(du -sk "$staging/usr" | cut -f1)

@@ -10,19 +10,40 @@
 #   in-server      unit tests and #[pg_test]s            cargo pgrx test pgNN (as the postgres user)
 #   clients        client suites against real servers   cargo test -p pg_idem_tests
 #                  (core: sessions, security, concurrency, upgrade, hardening, tenant_grants,
-#                  key_store, maintenance;
+#                  key_store, maintenance, table_changes, tenant_boundary;
 #                  full: all of tests/Cargo.toml's, the Citus cluster suite included: it runs
-#                  where Citus is installed (15, from ../shared/citus when present) and
-#                  skips itself with a message elsewhere)
+#                  where Citus is installed (15, from ../shared/citus when present) and is
+#                  reported as skipped elsewhere; and the pooler suite (tests/pooler.rs:
+#                  its own PgBouncer in transaction mode, Debian's pgbouncer from setup.sh))
 #   golden         messages, declarations, usage        tests/pg_regress/run.sh (full only)
 #   isolation      deterministic interleavings          tests/isolation/run.sh (full only)
-#   examples       the Python and Node.js examples       examples/run.sh (full only)
+#   examples       the Python and Node.js examples       examples/run.sh (full only), and again
+#                  through PgBouncer in transaction mode examples/run.sh --pooler (full only)
 # and, once every version is installed, pg_upgrade from 14 to 18 (tests/pg_upgrade.rs);
 # on 15, the monitoring (monitoring/test.sh: Debian's postgres_exporter and promtool);
 # and once: lint (cargo fmt --check, cargo clippy -D warnings, META.json's version), the
-# benchmark runner in smoke mode (15), and the package: the .deb built, installed with apt-get
-# on Debian's PostgreSQL 15, the demo run against it, the package removed again.
-# Every step runs even when one before it failed; the last line counts the tests of all steps.
+# benchmark runner in smoke mode (15), and the package (tests/package/run.sh: the .deb built,
+# checked unpacked, and the demo run against a copy of Debian's PostgreSQL 15 with the package's
+# files in it; nothing is installed).
+# Every step runs even when one before it failed; the last line counts the tests of all steps:
+# "N passed, N failed, N skipped".
+#
+# Skipped tests. A client test that cannot run because something is missing on this machine
+# (Citus, faketime, prlimit, the two bin directories of the pg_upgrade test) calls the harness's
+# skip_test (tests/harness/lib.rs): cargo counts it as passed, so the harness also writes a line
+# "SKIPPED: suite::test: reason" into the file PG_IDEM_SKIP_LOG names, which step() sets per
+# step; those lines are counted as skipped, taken off the step's passed and listed before the
+# last line. What this command installs itself is required instead (PG_IDEM_REQUIRE): faketime
+# (setup.sh), prlimit (util-linux) and, on 15 where ../shared/citus exists, Citus; a test
+# missing one of them fails.
+#
+# The machine. setup.sh installs what is missing (Debian packages, PostgreSQL 14/16/17/18 into
+# /var/cache/pg_idem, cargo-pgrx), ../shared/citus/install.sh installs Citus into PostgreSQL 15,
+# and every pgNN-in-server and pgNN-install step installs the debug build of pg_idem into
+# PostgreSQL NN, Debian's PostgreSQL 15 included. Those pg_idem files of Debian's PostgreSQL 15
+# (pg_idem.so, pg_idem.control, pg_idem--*.sql) are saved before the first step and put back as
+# they were when the command ends, however it ends (removed if there were none); the builds in
+# /var/cache/pg_idem's trees stay.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
@@ -44,15 +65,88 @@ is_full() { [[ " ${full[*]} " == *" $1 "* ]]; }
 
 scripts/setup.sh "${versions[@]}" || exit 1
 # Citus (for the cluster suite, tests/citus.rs, on 15): from ../shared/citus where this machine
-# kind has it; elsewhere the suite skips itself with a message unless Citus is installed
+# kind has it, and then required; elsewhere the suite is reported as skipped unless Citus is
+# installed
 citus_installer="$root/../shared/citus/install.sh"
 if [[ " ${versions[*]} " == *" 15 "* ]] && [ -x "$citus_installer" ]; then
     "$citus_installer" || exit 1
 fi
 
+# required MAJOR: what a client test of that version must not skip for (PG_IDEM_REQUIRE, see
+# skip_test in tests/harness/lib.rs): what setup.sh and the Citus installer put there
+required() {
+    local deps=faketime,prlimit
+    if [ "$1" = 15 ] && [ -x "$citus_installer" ]; then deps+=,citus; fi
+    echo "$deps"
+}
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# Debian's PostgreSQL 15 is the system's own: cargo pgrx test and scripts/install.sh below write
+# pg_idem's files into its directories. save_pg15 keeps what is there now (a package's files, a
+# build of the user's, or nothing); restore_pg15 puts exactly that back, by rename as
+# scripts/install.sh does (a running server keeps the library it has mapped), and removes what
+# was not there.
+pg15_dirs=(/usr/lib/postgresql/15/lib /usr/share/postgresql/15/extension)
+pg15_saved=""
+pg15_files() { find "$1" -maxdepth 1 -type f \( -name pg_idem.so -o -name pg_idem.control -o -name 'pg_idem--*.sql' \) | sort; }
+# pg15_manifest ROOT: checksum, mode, owner and name of each such file under ROOT (the saved
+# copy, or "" for the system)
+pg15_manifest() {
+    local dir file
+    for dir in "${pg15_dirs[@]}"; do
+        [ -d "$1$dir" ] || continue
+        for file in $(pg15_files "$1$dir"); do
+            echo "$(sha256sum <"$file" | cut -d' ' -f1) $(stat -c '%a %U:%G' "$file") ${file#"$1"}"
+        done
+    done
+}
+save_pg15() {
+    local dir file
+    pg15_saved="$(mktemp -d /tmp/pg_idem_pg15_saved.XXXXXX)" || return 1
+    for dir in "${pg15_dirs[@]}"; do
+        mkdir -p "$pg15_saved$dir" || return 1
+        [ -d "$dir" ] || continue
+        for file in $(pg15_files "$dir"); do
+            cp -a "$file" "$pg15_saved$file" || return 1
+        done
+    done
+    pg15_manifest "" >"$pg15_saved.manifest"
+    echo "saved the pg_idem files of Debian's PostgreSQL 15 ($(wc -l <"$pg15_saved.manifest")), to put back at the end"
+}
+restore_pg15() {
+    [ -n "$pg15_saved" ] || return 0
+    local dir file saved rc=0
+    for dir in "${pg15_dirs[@]}"; do
+        [ -d "$dir" ] || continue
+        for file in $(pg15_files "$dir"); do
+            [ -f "$pg15_saved$file" ] || as_root rm -f "$file" || rc=1
+        done
+        for saved in $(pg15_files "$pg15_saved$dir"); do
+            file="${saved#"$pg15_saved"}"
+            if ! cmp -s "$saved" "$file"; then
+                { as_root cp -a "$saved" "$file.restore.$$" && as_root mv -f "$file.restore.$$" "$file"; } || rc=1
+            fi
+        done
+    done
+    if [ "$rc" = 0 ] && diff "$pg15_saved.manifest" <(pg15_manifest ""); then
+        echo "Debian's PostgreSQL 15: pg_idem's files are as they were before the test command ($(wc -l <"$pg15_saved.manifest"))"
+        rm -rf "$pg15_saved" "$pg15_saved.manifest"
+    else
+        echo "Debian's PostgreSQL 15: pg_idem's files could not be put back as they were; the saved ones are in $pg15_saved" >&2
+        rc=1
+    fi
+    pg15_saved=""
+    return $rc
+}
+
 log="$(mktemp -d)"
 passed=0
 failed=0
+skipped=0
+skipped_tests=()
 failed_steps=()
 started=$SECONDS
 
@@ -68,14 +162,17 @@ counts() {
 }
 
 # step NAME CMD...: runs a step, shows its output and adds up its counts; a step that prints no
-# counts counts as one test
+# counts counts as one test. The tests that recorded a skip in PG_IDEM_SKIP_LOG (cargo counted
+# them as passed) are counted as skipped instead.
 step() {
-    local name="$1" p f rc t0=$SECONDS
+    local name="$1" p f s=0 rc t0=$SECONDS line
     shift
     echo
     echo "==== $name"
+    export PG_IDEM_SKIP_LOG="$log/$name.skipped"
     "$@" 2>&1 | tee "$log/$name.out"
     rc=${PIPESTATUS[0]}
+    unset PG_IDEM_SKIP_LOG
     read -r p f <<<"$(counts "$log/$name.out")"
     p=${p:-0}
     f=${f:-0}
@@ -84,10 +181,18 @@ step() {
     elif [ "$rc" != 0 ] && [ "$f" = 0 ]; then
         f=1 # failed without counting its failure
     fi
+    if [ -s "$log/$name.skipped" ]; then
+        while IFS= read -r line; do
+            skipped_tests+=("$name: ${line#SKIPPED: }")
+            s=$((s + 1))
+        done < <(grep -a '^SKIPPED: ' "$log/$name.skipped")
+        p=$((p > s ? p - s : 0))
+    fi
     passed=$((passed + p))
     failed=$((failed + f))
+    skipped=$((skipped + s))
     [ "$rc" = 0 ] || failed_steps+=("$name")
-    echo "---- $name: $p passed, $f failed (exit $rc, $((SECONDS - t0)) s)"
+    echo "---- $name: $p passed, $f failed, $s skipped (exit $rc, $((SECONDS - t0)) s)"
 }
 
 # with_pg NN CMD...: CMD with PostgreSQL NN's pg_config and binaries first in PATH
@@ -118,32 +223,38 @@ lint() {
     return $rc
 }
 
-package() {
-    local deb
-    deb="$(scripts/package.sh deb)" || return 1
-    apt-get install -y -qq "$deb" || return 1
-    dpkg -L postgresql-15-pg-idem
-    scripts/demo.sh --installed
-    local rc=$?
-    apt-get remove -y -qq postgresql-15-pg-idem
-    return $rc
-}
+core_suites=(--test sessions --test security --test concurrency --test upgrade --test hardening --test tenant_grants --test key_store --test maintenance --test table_changes --test tenant_boundary)
 
-core_suites=(--test sessions --test security --test concurrency --test upgrade --test hardening --test tenant_grants --test key_store --test maintenance)
+# the pg_upgrade test runs in a step of its own (below) when both its versions are in the run;
+# in the full client steps it could only skip
+upgrade_step=0
+[[ " ${versions[*]} " == *" 14 "* && " ${versions[*]} " == *" 18 "* ]] && upgrade_step=1
+full_filter=()
+[ "$upgrade_step" = 1 ] && full_filter=(-- --skip pg_upgrade_keeps_every_key_and_runs_no_purge_in_binary_upgrade_mode)
+
+if [[ " ${versions[*]} " == *" 15 "* ]]; then
+    trap restore_pg15 EXIT
+    # so that the EXIT trap runs on a signal too (after the command in the foreground ends)
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    save_pg15 || { echo "cannot save the pg_idem files of Debian's PostgreSQL 15" >&2; exit 1; }
+fi
 
 step lint lint
 for major in "${versions[@]}"; do
+    export PG_IDEM_REQUIRE="$(required "$major")"
     step "pg$major-in-server" in_server "$major"
     # cargo pgrx test left its test build installed; the client suites use the real one
     step "pg$major-install" with_pg "$major" scripts/install.sh --debug
     if is_full "$major"; then
         if ! with_pg "$major" bash -c '[ -f "$(pg_config --pkglibdir)/citus.so" ]'; then
-            echo "note: the Citus cluster suite (tests/citus.rs) skips itself on PostgreSQL $major: Citus is not installed there"
+            echo "note: Citus is not installed into PostgreSQL $major: the cluster suite (tests/citus.rs) is reported as skipped there"
         fi
-        step "pg$major-clients" with_pg "$major" cargo test --no-fail-fast -p pg_idem_tests
+        step "pg$major-clients" with_pg "$major" cargo test --no-fail-fast -p pg_idem_tests "${full_filter[@]}"
         step "pg$major-golden" with_pg "$major" tests/pg_regress/run.sh
         step "pg$major-isolation" with_pg "$major" tests/isolation/run.sh
         step "pg$major-examples" with_pg "$major" examples/run.sh
+        step "pg$major-examples-pooler" with_pg "$major" examples/run.sh --pooler
     else
         step "pg$major-clients" with_pg "$major" cargo test --no-fail-fast -p pg_idem_tests "${core_suites[@]}"
     fi
@@ -154,20 +265,27 @@ for major in "${versions[@]}"; do
     fi
 done
 if [[ " ${versions[*]} " == *" 15 "* ]]; then
-    step package package
+    # nothing installed: checked unpacked, the demo against a copy of Debian's PostgreSQL 15
+    step package tests/package/run.sh
 fi
 # pg_upgrade from the oldest to the newest supported PostgreSQL, both installed by the loop above
-if [[ " ${versions[*]} " == *" 14 "* && " ${versions[*]} " == *" 18 "* ]]; then
-    step pg14-to-pg18-upgrade env PG_IDEM_UPGRADE_OLD_BINDIR="$(pg_bindir 14)" \
+if [ "$upgrade_step" = 1 ]; then
+    step pg14-to-pg18-upgrade env PG_IDEM_REQUIRE="$(required 18),pg_upgrade" \
+        PG_IDEM_UPGRADE_OLD_BINDIR="$(pg_bindir 14)" \
         PG_IDEM_UPGRADE_NEW_BINDIR="$(pg_bindir 18)" \
         cargo test -p pg_idem_tests --test pg_upgrade -- --nocapture
 fi
 
 echo
+restore_pg15 || { failed_steps+=(restore-pg15); failed=$((failed + 1)); }
 if [ "${#failed_steps[@]}" -gt 0 ]; then
     echo "failed steps: ${failed_steps[*]}"
 fi
+if [ "$skipped" -gt 0 ]; then
+    echo "skipped tests (step: suite::test: why):"
+    printf '  %s\n' "${skipped_tests[@]}"
+fi
 echo "total time: $((SECONDS - started)) s"
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 rm -rf "$log"
 [ "${#failed_steps[@]}" = 0 ] && [ "$failed" = 0 ]

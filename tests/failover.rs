@@ -501,10 +501,15 @@ fn an_asynchronous_standby_that_lost_the_wal_hands_out_no_fence_twice() {
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// The environment that sets a server's clock ten minutes back (its monotonic clock is left
-/// alone), or None, with a message, when libfaketime is not installed.
+/// alone), or None (the test is recorded as skipped) when libfaketime is not installed.
 fn clock_ten_minutes_back() -> Option<[(&'static str, &'static str); 3]> {
     if !std::path::Path::new(LIBFAKETIME).exists() {
-        println!("skipped: {LIBFAKETIME} is missing (apt-get install faketime)");
+        skip_test(
+            "faketime",
+            &format!(
+                "{LIBFAKETIME} is missing (scripts/setup.sh installs it: apt-get install faketime)"
+            ),
+        );
         return None;
     }
     Some([

@@ -12,15 +12,18 @@
 //!
 //! It needs two PostgreSQL installations with pg_idem installed into both
 //! (`scripts/install.sh --debug --pg 14` and `--pg 18`), named by their bin directories:
-//! `PG_IDEM_UPGRADE_OLD_BINDIR` and `PG_IDEM_UPGRADE_NEW_BINDIR`. Without them it says so and
-//! passes. It starts its own servers (the harness's `Server` serves one installation).
+//! `PG_IDEM_UPGRADE_OLD_BINDIR` and `PG_IDEM_UPGRADE_NEW_BINDIR`. Without them it is recorded
+//! as skipped (`skip_test`; a failure with PG_IDEM_REQUIRE=pg_upgrade). It starts its own
+//! servers (the harness's `Server` serves one installation).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use pg_idem_tests::{as_server_user, sqlstate, try_claim, wait_for, Claim, Client, NoTls};
+use pg_idem_tests::{
+    as_server_user, skip_test, sqlstate, try_claim, wait_for, Claim, Client, NoTls,
+};
 
 /// Expired keys left for the purge worker: a hundred purge transactions (batches of 1000) while
 /// pg_upgrade runs the old server, as in the report this test reproduces.
@@ -570,10 +573,11 @@ fn pg_upgrade_keeps_every_key_and_runs_no_purge_in_binary_upgrade_mode() {
         std::env::var("PG_IDEM_UPGRADE_OLD_BINDIR"),
         std::env::var("PG_IDEM_UPGRADE_NEW_BINDIR"),
     ) else {
-        eprintln!(
-            "skipped: set PG_IDEM_UPGRADE_OLD_BINDIR and PG_IDEM_UPGRADE_NEW_BINDIR to the bin \
+        skip_test(
+            "pg_upgrade",
+            "set PG_IDEM_UPGRADE_OLD_BINDIR and PG_IDEM_UPGRADE_NEW_BINDIR to the bin \
              directories of two PostgreSQL installations with pg_idem installed (for example \
-             $(pg_bindir 14) and $(pg_bindir 18) from scripts/lib/versions.sh) to run this test"
+             $(pg_bindir 14) and $(pg_bindir 18) from scripts/lib/versions.sh) to run this test",
         );
         return;
     };
