@@ -375,25 +375,11 @@ impl Table {
             .iter()
             .enumerate()
             .map(|(i, value)| {
-                // SAFETY: a zeroed ScanKeyData is filled in completely by ScanKeyEntryInitialize;
                 // the attribute is the index's column i+1, the collation that column's own, so
-                // the btree compares as it sorted.
-                unsafe {
-                    let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
-                    pg_sys::ScanKeyEntryInitialize(
-                        &mut key,
-                        0,
-                        (i + 1) as pg_sys::AttrNumber,
-                        pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
-                        pg_sys::InvalidOid,
-                        *(*index_rel).rd_indcollation.add(i),
-                        pg_sys::RegProcedure::from(pg_sys::F_TEXTEQ),
-                        value.into_datum().unwrap_or_else(|| {
-                            errors::internal("looking up a key", "NULL text").raise()
-                        }),
-                    );
-                    key
-                }
+                // the btree compares as it sorted
+                // SAFETY: index_rel is open; it has a collation per key column.
+                let collation = unsafe { *(*index_rel).rd_indcollation.add(i) };
+                text_equals((i + 1) as pg_sys::AttrNumber, collation, value)
             })
             .collect();
         // SAFETY: a dirty snapshot is a SnapshotData with only its type set (InitDirtySnapshot);
@@ -920,7 +906,34 @@ pub fn columns_of(relid: pg_sys::Oid) -> Option<Vec<Column>> {
     }
 }
 
-/// A row found by `scan_latest_by_text_key`, deformed with its table's descriptor.
+/// A scan key: the text attribute `attno` equals `value`, compared with `collation`.
+fn text_equals(
+    attno: pg_sys::AttrNumber,
+    collation: pg_sys::Oid,
+    value: &str,
+) -> pg_sys::ScanKeyData {
+    let datum = value
+        .into_datum()
+        .unwrap_or_else(|| errors::internal("building a scan key", "NULL text").raise());
+    // SAFETY: a zeroed ScanKeyData is filled in completely by ScanKeyEntryInitialize; the datum
+    // is a text palloc'd in the current memory context, which outlives the scan.
+    unsafe {
+        let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
+        pg_sys::ScanKeyEntryInitialize(
+            &mut key,
+            0,
+            attno,
+            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+            pg_sys::InvalidOid,
+            collation,
+            pg_sys::RegProcedure::from(pg_sys::F_TEXTEQ),
+            datum,
+        );
+        key
+    }
+}
+
+/// A row found by `scan_latest_by_text`, deformed with its table's descriptor.
 pub struct ScannedRow<'a> {
     descriptor: &'a PgTupleDesc<'a>,
     values: &'a [pg_sys::Datum],
@@ -978,20 +991,7 @@ pub fn scan_latest_by_text(
         let natts = descriptor.len();
         let mut values = vec![pg_sys::Datum::from(0); natts];
         let mut nulls = vec![true; natts];
-        let datum = key
-            .into_datum()
-            .unwrap_or_else(|| errors::internal("scanning by a key", "NULL text").raise());
-        let mut scan_key: pg_sys::ScanKeyData = std::mem::zeroed();
-        pg_sys::ScanKeyEntryInitialize(
-            &mut scan_key,
-            0,
-            (position + 1) as pg_sys::AttrNumber,
-            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
-            pg_sys::InvalidOid,
-            collation,
-            pg_sys::RegProcedure::from(pg_sys::F_TEXTEQ),
-            datum,
-        );
+        let mut scan_key = text_equals((position + 1) as pg_sys::AttrNumber, collation, key);
         let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
         let use_index = index != pg_sys::InvalidOid;
         let scan = pg_sys::systable_beginscan(rel, index, use_index, snapshot, 1, &mut scan_key);
