@@ -6,7 +6,9 @@
 //! index access methods check no privileges and resolve no names). What does need it runs
 //! here, as `SECURITY DEFINER SET search_path = pg_catalog, pg_temp` would have run it: SQL
 //! statements on the SPI path (Citus, a hot standby, an idem.keys the engine cannot write),
-//! the tenant-grant look-up, and the fence sequence.
+//! the tenant-grant statements (on Citus; elsewhere the grants are read by an index scan of
+//! pg_idem's own table, which checks no privileges and resolves no names), and the fence
+//! sequence.
 //!
 //! No policy: callers decide what runs as the owner.
 
