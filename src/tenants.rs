@@ -61,7 +61,7 @@ pub fn check_access(tenant: &str) {
 
 /// The role whose grants limit what this call may touch: None when pg_idem.tenant_grants is
 /// off or the role is a superuser (every tenant).
-pub fn restricted_role() -> Option<pg_sys::Oid> {
+fn restricted_role() -> Option<pg_sys::Oid> {
     if !guc::tenant_grants() {
         return None;
     }
