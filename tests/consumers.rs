@@ -226,15 +226,9 @@ fn a_terminated_or_killed_first_consumer_leaves_the_message_new() {
     let pid = backend_pid(&mut victim);
     let mut tx = victim.transaction().unwrap();
     assert!(consume(&mut tx, "t", "m-kill").unwrap());
-    kill_9(pid);
+    let mut db = server.crash_backend(pid);
     drop(tx);
     drop(victim);
-    let mut db = None;
-    wait_for("the server to be back", Duration::from_secs(60), || {
-        db = Client::connect(&server.conninfo("postgres"), NoTls).ok();
-        db.is_some()
-    });
-    let mut db = db.unwrap();
     assert!(consume(&mut db, "t", "m-kill").unwrap());
     assert!(!consume(&mut db, "t", "m-term").unwrap());
     amcheck(&mut db);

@@ -82,13 +82,10 @@ fn kill_9_in_the_middle_of_a_claim_transaction() {
         .unwrap();
     // a concurrent claim sees the uncommitted claim
     assert_eq!(claim(&mut setup, "t", "k", "h").outcome, "in_progress");
-    kill_9(pid);
+    let mut db = server.crash_backend(pid);
     drop(tx);
     drop(victim);
     drop(setup);
-    thread::sleep(Duration::from_millis(500));
-
-    let mut db = wait_until_ready(&server);
     let (claims_after, since_after, started_after) = counted_since(&mut db);
     assert_eq!(
         claims_after, 0,

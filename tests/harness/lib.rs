@@ -304,6 +304,33 @@ impl Server {
         cmd.output().unwrap_or_else(|e| panic!("{program}: {e}"))
     }
 
+    /// Kills a backend with SIGKILL and returns a connection made after the postmaster has
+    /// reinitialised (needs `restart_after_crash = on`). A connection made before the postmaster
+    /// reaps the killed child would be reset by the crash restart, so this waits for the log line
+    /// the postmaster writes once every process is gone, and only then connects.
+    pub fn crash_backend(&self, pid: i32) -> Client {
+        const RESTART: &str = "all server processes terminated; reinitializing";
+        let restarts_before = self.log().matches(RESTART).count();
+        kill_9(pid);
+        wait_for(
+            "the postmaster to reinitialise after the crash",
+            Duration::from_secs(60),
+            || self.log().matches(RESTART).count() > restarts_before,
+        );
+        let mut client = None;
+        wait_for(
+            "the server to accept connections after crash recovery",
+            Duration::from_secs(60),
+            || {
+                client = Client::connect(&self.conninfo("postgres"), NoTls)
+                    .ok()
+                    .filter(|c| !c.is_closed());
+                client.is_some()
+            },
+        );
+        client.unwrap()
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
