@@ -2,7 +2,7 @@
 -- and write idem.* through the table and index access methods, which check no privileges and
 -- resolve no names, and whatever goes through SQL (the SPI path, the purge, the fence sequence)
 -- runs as the extension's owner with search_path pinned to pg_catalog, pg_temp, switched in C
--- (src/owner.rs), as SECURITY DEFINER SET search_path did for every call before 0.4.0. The SQL
+-- (src/pg/owner.rs), as SECURITY DEFINER SET search_path did for every call before 0.4.0. The SQL
 -- they run qualifies every name and operator as well.
 -- None is STRICT: a NULL argument raises 22004 naming the argument instead of returning NULL.
 

@@ -1,4 +1,4 @@
--- Message consumers (src/consumers.rs): exactly-once processing of messages delivered at least
+-- Message consumers (src/sql_api/consumers.rs): exactly-once processing of messages delivered at least
 -- once, in one statement (the inbox pattern), and batches claimed with idem_claim_many completed
 -- in one round trip. Like the core API, the C functions run with the caller's rights.
 

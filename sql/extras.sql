@@ -1,4 +1,4 @@
--- Beyond single claims (src/extras.rs): batch claims, checkpoints for multi-step work, a fence
+-- Beyond single claims (src/sql_api/extras.rs): batch claims, checkpoints for multi-step work, a fence
 -- guard for business rows, and deterministic keys for downstream calls.
 
 CREATE FUNCTION idem_claim_many(

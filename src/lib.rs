@@ -26,29 +26,16 @@
 
 use pgrx::prelude::*;
 
-mod api;
-mod args;
-mod canonical_json;
-mod cluster;
-mod consumers;
-mod datum;
 mod enum_list;
 mod errors;
-mod extras;
-mod guc;
 mod hashing;
-mod heap;
-mod jsonb_walk;
-mod owner;
-mod pg_version;
-mod preload;
-mod sql;
+mod pg;
+mod sql_api;
 mod stats;
 mod store;
-mod streams;
-mod tenants;
-mod time;
 mod worker;
+
+use pg::{guc, preload};
 
 pgrx::pg_module_magic!(name, version);
 

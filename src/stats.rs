@@ -170,7 +170,7 @@ fn record_for_tenant(tenant: &str, event: Event) {
 
 /// True when the counters live in shared memory (pg_idem is in shared_preload_libraries).
 pub fn available() -> bool {
-    crate::preload::active()
+    crate::pg::preload::active()
 }
 
 pub fn record(tenant: &str, event: Event) {
@@ -286,7 +286,9 @@ fn values(events: Option<&[u64; EVENT_COUNT]>) -> Values {
 /// reset).
 fn local_totals() -> (Values, Option<i64>, Option<TimestampWithTimeZone>) {
     let snap = snapshot();
-    let since = snap.as_ref().map(|s| crate::time::timestamptz(s.reset_at));
+    let since = snap
+        .as_ref()
+        .map(|s| crate::pg::time::timestamptz(s.reset_at));
     (
         values(snap.as_ref().map(|s| &s.events)),
         snap.as_ref().map(|s| counter(s.purged)),
@@ -431,11 +433,14 @@ fn read<T>(column: Result<Option<T>, pgrx::spi::SpiError>) -> Option<T> {
 
 /// This node's statistics.
 fn node_statistics() -> NodeStatistics {
-    let now = crate::time::clock();
+    let now = crate::pg::time::clock();
     let mut by_tenant: BTreeMap<String, KeyCounts> = BTreeMap::new();
-    crate::sql::with_client(|client| {
-        for table in crate::cluster::local_key_tables(client) {
-            let rows = client.run(&key_counts_sql(&table), &[crate::sql::timestamptz_arg(now)]);
+    crate::pg::sql::with_client(|client| {
+        for table in crate::pg::cluster::local_key_tables(client) {
+            let rows = client.run(
+                &key_counts_sql(&table),
+                &[crate::pg::sql::timestamptz_arg(now)],
+            );
             for row in rows {
                 pgrx::check_for_interrupts!();
                 let tenant: String = read(row.get::<String>(1)).unwrap_or_else(|| {
@@ -504,11 +509,11 @@ struct Statistics {
 }
 
 fn statistics() -> Statistics {
-    let (answers, missing) = if crate::cluster::coordinator_of_distributed_keys() {
+    let (answers, missing) = if crate::pg::cluster::coordinator_of_distributed_keys() {
         let mut answers = Vec::new();
         let mut missing = Vec::new();
         // `idem` is the extension's own schema (created and owned by it), never relocated
-        for answer in crate::cluster::on_every_node("SELECT idem.node_statistics()") {
+        for answer in crate::pg::cluster::on_every_node("SELECT idem.node_statistics()") {
             match answer
                 .result
                 .and_then(|r| serde_json::from_str::<NodeStatistics>(&r).ok())
@@ -552,7 +557,7 @@ fn statistics() -> Statistics {
 }
 
 fn timestamp(micros: Option<i64>) -> Option<TimestampWithTimeZone> {
-    micros.map(crate::time::timestamptz)
+    micros.map(crate::pg::time::timestamptz)
 }
 
 /// `idem.statistics()`: the keys by state and the counters, in total (see `statistics`).
@@ -675,7 +680,7 @@ fn idem_tenant_statistics() -> TableIterator<
 /// `idem_stats_reset()`: zeroes every counter; returns false without the preload.
 #[pg_extern(sql = false)]
 fn idem_stats_reset() -> bool {
-    reset(crate::time::clock());
+    reset(crate::pg::time::clock());
     available()
 }
 

@@ -33,7 +33,8 @@ use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgLwLock};
 
 use crate::enum_list::enum_list;
-use crate::{guc, store};
+use crate::pg::guc;
+use crate::store;
 
 /// Most databases one server purges (entries of pg_idem.database past this are ignored, with a warning).
 pub const MAX_DATABASES: usize = 16;
@@ -276,7 +277,7 @@ fn purged_databases() -> Vec<String> {
 
 /// A copy of every slot in use, for SQL.
 fn slots() -> Option<Vec<PurgeSlot>> {
-    if !crate::preload::active() {
+    if !crate::pg::preload::active() {
         return None;
     }
     let count = purged_databases().len();
@@ -500,7 +501,7 @@ pub extern "C-unwind" fn pg_idem_purge_main(arg: pg_sys::Datum) {
             duplicate = true;
         } else {
             slot.pid = me;
-            slot.started_at = crate::time::clock();
+            slot.started_at = crate::pg::time::clock();
             slot.starts += 1;
         }
     });
@@ -649,8 +650,8 @@ fn purge_pass(index: usize, database: &str) -> bool {
             break;
         }
         let done = BackgroundWorker::transaction(|| {
-            crate::sql::with_client(|client| {
-                let now = crate::time::clock();
+            crate::pg::sql::with_client(|client| {
+                let now = crate::pg::time::clock();
                 store::purge_batch(client, now, batch, cursor, store::Tenants::Every)
             })
         });
@@ -676,7 +677,7 @@ fn purge_pass(index: usize, database: &str) -> bool {
         reload_config_if_asked();
     }
     let elapsed_ms = started.elapsed().as_millis() as i64;
-    let now = crate::time::clock();
+    let now = crate::pg::time::clock();
     update_slot(index, |slot| {
         slot.state = WorkerState::Idle as u8;
         slot.last_pass_at = now;
@@ -722,7 +723,7 @@ fn idem_purge_status() -> TableIterator<
     let configured = purged_databases();
     // SAFETY: reads this process's view of shared recovery state, as pg_is_in_recovery() does.
     let in_recovery = unsafe { pg_sys::RecoveryInProgress() };
-    let ts = |micros: i64| (micros != 0).then(|| crate::time::timestamptz(micros));
+    let ts = |micros: i64| (micros != 0).then(|| crate::pg::time::timestamptz(micros));
     TableIterator::new(slots.into_iter().zip(configured).map(move |(s, name)| {
         let passed = s.total_passes > 0;
         // a slot no launcher has tended yet (a hot standby starts none before promotion) still

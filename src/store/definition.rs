@@ -13,7 +13,7 @@
 
 use pgrx::pg_sys;
 
-use crate::heap::Column;
+use crate::pg::heap::Column;
 
 /// One of pg_idem's columns of idem.keys.
 struct Expected {
@@ -196,7 +196,7 @@ mod tests {
         let relid = Spi::get_one::<pg_sys::Oid>("SELECT 'idem.keys'::regclass::oid")
             .unwrap()
             .unwrap();
-        let columns = crate::heap::columns_of(relid).unwrap();
+        let columns = crate::pg::heap::columns_of(relid).unwrap();
         assert_eq!(compare(&columns), Verdict::Exact);
         assert_eq!(columns, created());
     }

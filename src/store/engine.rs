@@ -1,5 +1,5 @@
 //! The key store without the executor: idem.keys read through its primary key index and written
-//! with the heap and index access methods (`crate::heap`), for every hot path (claim, complete,
+//! with the heap and index access methods (`crate::pg::heap`), for every hot path (claim, complete,
 //! fail, release, heartbeat, checkpoint, assert_fence, forget). Chosen once per backend (again
 //! after any change to idem.keys) when idem.keys is a plain heap table `heap::Table` can write
 //! exactly as the executor would, and Citus is not installed (Citus must plan every statement
@@ -41,10 +41,10 @@ use super::{
     stored_hash, wait_for, ClaimOutcome, ClaimRequest, ConsumePlan, ConsumeRequest, Consumed,
     Fenced, FencedChange, KeyRow, Plan, Refused, State, CLAIM_ROUNDS,
 };
-use crate::datum::Jsonb;
 use crate::errors;
-use crate::heap::{Found, Holder, Inserted, Layout, PrimaryKey, Snap, Table, Write, Written};
-use crate::time::Micros;
+use crate::pg::datum::Jsonb;
+use crate::pg::heap::{Found, Holder, Inserted, Layout, PrimaryKey, Snap, Table, Write, Written};
+use crate::pg::time::Micros;
 
 /// Attribute numbers of idem.keys' columns.
 #[derive(Clone, Copy)]
@@ -214,7 +214,7 @@ fn look_up(standby: bool) -> Decision {
     KEYS_RELID.with(|r| r.set(relid));
     // pg_idem's own columns first, whichever path writes: no datum of another type is ever
     // read or written as one of them
-    let Some(columns) = crate::heap::columns_of(relid) else {
+    let Some(columns) = crate::pg::heap::columns_of(relid) else {
         return Decision::Executor("it was dropped".into());
     };
     match definition::compare(&columns) {
@@ -227,7 +227,7 @@ fn look_up(standby: bool) -> Decision {
         // a hot standby: claims only read there, and table_open's RowExclusiveLock is refused
         return Decision::Executor("this server is a hot standby".into());
     }
-    if crate::cluster::citus_installed() {
+    if crate::pg::cluster::citus_installed() {
         return Decision::Executor(
             "Citus is installed, and must plan every statement on idem.keys".into(),
         );

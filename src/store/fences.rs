@@ -43,9 +43,9 @@ use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
 
 use crate::errors;
-use crate::owner;
-use crate::preload;
-use crate::time::{clock, Micros};
+use crate::pg::owner;
+use crate::pg::preload;
+use crate::pg::time::{clock, Micros};
 
 /// How far ahead of the fence that crossed it the floor is raised: a minute of clock.
 const FLOOR_AHEAD: Micros = 60 * 1_000_000;

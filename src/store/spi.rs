@@ -1,5 +1,5 @@
 //! The key store through SQL statements (prepared once per backend, run as the extension's owner:
-//! `crate::sql`), where the engine cannot work: Citus must plan every statement on a distributed
+//! `crate::pg::sql`), where the engine cannot work: Citus must plan every statement on a distributed
 //! idem.keys; a hot standby; an idem.keys with triggers or indexes the engine cannot maintain.
 //! The purge always runs here (FOR UPDATE SKIP LOCKED is what it needs).
 //!
@@ -23,15 +23,15 @@ use super::{
     ClaimOutcome, ClaimRequest, ConsumePlan, ConsumeRequest, Consumed, Fenced, FencedChange,
     KeyRow, Plan, Refused, State, CLAIM_ROUNDS,
 };
-use crate::cluster;
 use crate::enum_list::enum_list;
 use crate::errors;
 use crate::hashing;
-use crate::sql::{
+use crate::pg::cluster;
+use crate::pg::sql::{
     first_row, get_bytes, get_i32, get_i64, get_i8, get_jsonb, get_string, interval_arg, jsonb_arg,
     optional_i32_arg, raw, timestamptz_arg, Client,
 };
-use crate::time::Micros;
+use crate::pg::time::Micros;
 
 enum_list! {
 /// The statements of the store. All names are schema-qualified and all operators are

@@ -7,7 +7,7 @@
 use pgrx::datum::DatumWithOid;
 
 use crate::errors;
-use crate::sql;
+use crate::pg::sql;
 
 /// Whether the citus extension exists in this database.
 pub fn citus_installed() -> bool {

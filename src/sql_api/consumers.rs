@@ -12,15 +12,15 @@
 use pgrx::datum::{Array, Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
 
-use crate::api::{fenced, unless_refused};
-use crate::args::{self, check};
-use crate::datum::Jsonb;
 use crate::errors;
-use crate::guc;
+use crate::pg::datum::Jsonb;
+use crate::pg::guc;
+use crate::pg::time::{clock, timestamptz};
+use crate::sql_api::api::{fenced, unless_refused};
+use crate::sql_api::args::{self, check};
+use crate::sql_api::tenants;
 use crate::stats::{self, Event};
 use crate::store::{self, ConsumeRequest, Consumed, FencedChange, State};
-use crate::tenants;
-use crate::time::{clock, timestamptz};
 
 /// Counts what a consume found.
 fn record(tenant: &str, consumed: Consumed) {

@@ -4,13 +4,15 @@
 use pgrx::datum::{Array, Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
 
-use crate::api::{claim_row, fenced, lease_and_ttl, record_outcome, unless_refused};
-use crate::args::{self, check};
-use crate::datum::Jsonb;
+use crate::errors;
 use crate::hashing;
+use crate::pg::datum::Jsonb;
+use crate::pg::guc;
+use crate::pg::time::clock;
+use crate::sql_api::api::{claim_row, fenced, lease_and_ttl, record_outcome, unless_refused};
+use crate::sql_api::args::{self, check};
+use crate::sql_api::tenants;
 use crate::store::{self, ClaimOutcome, ClaimRequest, FencedChange};
-use crate::time::clock;
-use crate::{errors, guc, tenants};
 
 /// The keys and request hashes of a batch, checked: same length, no NULLs, within the limit.
 /// The elements are borrowed from the arrays (PostgreSQL memory), never copied: the count is

@@ -10,8 +10,11 @@ use std::ffi::CStr;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::args::{self, check};
-use crate::{errors, guc, heap, sql};
+use crate::errors;
+use crate::pg::guc;
+use crate::pg::heap;
+use crate::pg::sql;
+use crate::sql_api::args::{self, check};
 
 const GRANTED: &str = "SELECT 1::pg_catalog.int8 FROM idem.tenant_grants AS g \
      WHERE g.tenant OPERATOR(pg_catalog.=) $1 \
@@ -37,7 +40,7 @@ pub fn check_access(tenant: &str) {
     // With Citus the grants are a reference table: a grant or revoke made on the coordinator
     // writes every node's copy but invalidates nothing in the other nodes' backends, so no
     // answer is kept there, and the look-up is a statement Citus routes.
-    let granted = if crate::cluster::citus_installed() {
+    let granted = if crate::pg::cluster::citus_installed() {
         sql::with_client(|c| c.query_one_i64(GRANTED, &[tenant.into(), role.into()])).is_some()
     } else {
         // the callbacks must be listening, and know the table, before the generation is read

@@ -6,11 +6,11 @@
 
 use pgrx::prelude::*;
 
-use crate::args::{self, check};
-use crate::datum::{self, Record};
 use crate::errors;
-use crate::sql::{self, timestamptz_arg};
-use crate::time::clock;
+use crate::pg::datum::{self, Record};
+use crate::pg::sql::{self, timestamptz_arg};
+use crate::pg::time::clock;
+use crate::sql_api::args::{self, check};
 
 const ADVANCE: &str = "INSERT INTO idem.watermarks AS w (tenant, stream, watermark, updated_at) \
      VALUES ($1, $2, $3, $4) \
@@ -37,7 +37,7 @@ fn seq_arg(seq: Option<i64>, argument: &str) -> i64 {
 
 fn stream_args<'a>(tenant: Option<&'a str>, stream: Option<&'a str>) -> (&'a str, &'a str) {
     let (tenant, stream) = check(args::tenant_and_key(tenant, stream, "stream"));
-    crate::tenants::check_access(tenant);
+    crate::sql_api::tenants::check_access(tenant);
     (tenant, stream)
 }
 

@@ -4,7 +4,8 @@
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::canonical_json;
+pub mod canonical_json;
+pub mod jsonb_walk;
 
 /// Namespace of `idem_downstream_key`: UUIDv5 of the URL "https://pg-idem.dev/downstream-key"
 /// in the standard URL namespace (413cc45f-1345-5112-b02e-a86e23d459a6), so any language can

@@ -23,7 +23,7 @@ use pgrx::pg_sys;
 use pgrx::{FromDatum, IntoDatum, PgTupleDesc};
 
 use crate::errors;
-use crate::pg_version;
+use crate::pg::pg_version;
 
 /// A table opened with RowExclusiveLock for reads and writes without the executor. Its indexes
 /// are opened when a call first needs them (a look-up needs the primary key only, a HOT update

@@ -4,16 +4,18 @@
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
 
-use crate::args::{self, check};
-use crate::canonical_json;
-use crate::cluster;
-use crate::datum::{self, Jsonb, Record};
+use crate::errors;
 use crate::hashing;
-use crate::jsonb_walk;
+use crate::hashing::canonical_json;
+use crate::hashing::jsonb_walk;
+use crate::pg::cluster;
+use crate::pg::datum::{self, Jsonb, Record};
+use crate::pg::guc;
+use crate::pg::time::{clock, timestamptz, Micros};
+use crate::sql_api::args::{self, check};
+use crate::sql_api::tenants;
 use crate::stats::{self, Event};
 use crate::store::{self, ClaimOutcome, ClaimRequest, Fenced, FencedChange, State};
-use crate::time::{clock, timestamptz, Micros};
-use crate::{errors, guc, tenants};
 
 pub fn record_outcome(tenant: &str, outcome: &ClaimOutcome<'_>) {
     let event = match outcome {
@@ -220,7 +222,7 @@ fn idem_purge(max_rows: Option<i32>) -> i64 {
     let limit = max_rows.map(i64::from);
     // with tenant grants on, a role purges (and so locks) only its own tenants' keys
     let own_tenants = tenants::purgeable_tenants();
-    let deleted = crate::sql::with_client(|client| {
+    let deleted = crate::pg::sql::with_client(|client| {
         let scope = match &own_tenants {
             None => store::Tenants::Every,
             Some(own) => store::Tenants::Only(own),

@@ -18,9 +18,9 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys;
 
-use crate::canonical_json::{Sink, Writer};
-use crate::datum::Jsonb;
 use crate::errors;
+use crate::hashing::canonical_json::{Sink, Writer};
+use crate::pg::datum::Jsonb;
 
 /// How many values are visited between two interrupt checks.
 const INTERRUPT_EVERY: u32 = 4096;

@@ -16,10 +16,10 @@
 
 use pgrx::pg_sys;
 
-use crate::datum::Jsonb;
 use crate::errors::{self, LeaseLost};
 use crate::hashing;
-use crate::time::{plus, Micros};
+use crate::pg::datum::Jsonb;
+use crate::pg::time::{plus, Micros};
 
 mod definition;
 mod engine;
@@ -137,7 +137,7 @@ fn wait_for(xid: pg_sys::TransactionId) {
 
 enum Backend<'a, 'c> {
     Engine(engine::Keys),
-    Spi(&'a crate::sql::Client<'a, 'c>),
+    Spi(&'a crate::pg::sql::Client<'a, 'c>),
 }
 
 /// The key store for one call (or one batch): the engine when it can, else SPI. Values it
@@ -157,7 +157,7 @@ pub fn with_store<R>(f: impl FnOnce(&Store<'_, '_>) -> R) -> R {
             backend: Backend::Engine(keys),
             outer,
         }),
-        None => crate::sql::with_client(|client| {
+        None => crate::pg::sql::with_client(|client| {
             f(&Store {
                 backend: Backend::Spi(client),
                 outer,
@@ -412,7 +412,7 @@ fn plan_consume(
             return ConsumePlan::Held(errors::consume_in_progress(
                 request.tenant,
                 request.key,
-                row.lease_expires_at.map(crate::time::timestamptz),
+                row.lease_expires_at.map(crate::pg::time::timestamptz),
                 true,
             ))
         }
@@ -430,7 +430,7 @@ fn plan_consume(
             ConsumePlan::Held(errors::consume_in_progress(
                 request.tenant,
                 request.key,
-                row.lease_expires_at.map(crate::time::timestamptz),
+                row.lease_expires_at.map(crate::pg::time::timestamptz),
                 mine,
             ))
         }

@@ -3,9 +3,9 @@
 
 use pgrx::datum::Interval;
 
-use crate::datum::Jsonb;
 use crate::errors::{self, IdemError};
-use crate::guc;
+use crate::pg::datum::Jsonb;
+use crate::pg::guc;
 
 /// Longest request_hash accepted, in characters.
 pub const MAX_REQUEST_HASH_CHARS: usize = 512;

@@ -16,10 +16,10 @@ use pgrx::pg_sys::{self, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiTupleTable};
 use pgrx::{FromDatum, Spi};
 
-use crate::datum::Jsonb;
 use crate::errors;
-use crate::owner;
-use crate::time::Micros;
+use crate::pg::datum::Jsonb;
+use crate::pg::owner;
+use crate::pg::time::Micros;
 
 /// An SPI connection, and the memory context of the SQL function that opened it.
 pub struct Client<'a, 'c> {
