@@ -30,6 +30,7 @@ mod enum_list;
 mod errors;
 mod hashing;
 mod pg;
+mod rules;
 mod sql_api;
 mod stats;
 mod store;

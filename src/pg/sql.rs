@@ -139,22 +139,5 @@ pub fn timestamptz_arg<'a>(micros: Micros) -> DatumWithOid<'a> {
 }
 
 pub fn interval_arg<'a>(micros: Micros) -> DatumWithOid<'a> {
-    // a pure time interval: adding it never depends on the calendar or the session time zone
-    let interval = pgrx::datum::Interval::new(0, 0, micros)
-        .unwrap_or_else(|e| errors::internal("building an interval", format!("{e:?}")).raise());
-    interval.into()
-}
-
-pub fn jsonb_arg<'a>(value: Option<Jsonb<'_>>) -> DatumWithOid<'a> {
-    match value {
-        Some(v) => v.into(),
-        None => DatumWithOid::null::<Jsonb>(),
-    }
-}
-
-pub fn optional_i32_arg<'a>(value: Option<i32>) -> DatumWithOid<'a> {
-    match value {
-        Some(v) => v.into(),
-        None => DatumWithOid::null::<i32>(),
-    }
+    crate::pg::time::interval(micros).into()
 }

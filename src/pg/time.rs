@@ -21,17 +21,25 @@ pub fn timestamptz(micros: Micros) -> TimestampWithTimeZone {
         .unwrap_or_else(|e| errors::internal("converting a timestamp", format!("{e:?}")).raise())
 }
 
-/// `at + interval`, computed by PostgreSQL's own timestamptz + interval (months and days follow
-/// the calendar in the session's time zone, as the same expression in SQL would).
-pub fn plus(at: Micros, interval: pg_sys::Datum) -> Micros {
-    // SAFETY: timestamptz_pl_interval takes a timestamptz and an interval datum, both non-null
-    // (callers pass an interval read from a NOT NULL column or built by pgrx); it raises 22008
-    // on overflow.
-    unsafe {
-        pgrx::direct_function_call::<i64>(
-            pg_sys::timestamptz_pl_interval,
-            &[Some(pg_sys::Datum::from(at)), Some(interval)],
-        )
-    }
-    .unwrap_or_else(|| errors::internal("adding an interval", "NULL result").raise())
+/// An interval of `micros` microseconds, with no months or days: adding it to a time never
+/// depends on the calendar or the session's time zone, so it agrees with `rules::key_row::after`.
+/// The one builder of the intervals pg_idem stores (idem.keys.ttl) and passes to SQL.
+pub fn interval(micros: i64) -> pgrx::datum::Interval {
+    pgrx::datum::Interval::new(0, 0, micros)
+        .unwrap_or_else(|e| errors::internal("building an interval", format!("{e:?}")).raise())
+}
+
+/// The microseconds of an interval datum read from idem.keys.ttl. pg_idem stores only
+/// intervals of microseconds (`interval`); one set by hand with days or months counts a day as
+/// 24 hours and a month as 30 days, as PostgreSQL does when it compares intervals.
+pub fn interval_micros(datum: pg_sys::Datum) -> i64 {
+    // SAFETY: callers pass a non-null interval datum (idem.keys.ttl is NOT NULL and its type is
+    // checked by `store::definition`); an interval is passed by reference to a fixed-size
+    // struct, which lives as long as the row the datum was read from.
+    let value = unsafe { &*datum.cast_mut_ptr::<pg_sys::Interval>() };
+    const DAY: i64 = 86_400_000_000;
+    i64::from(value.month)
+        .saturating_mul(30 * DAY)
+        .saturating_add(i64::from(value.day).saturating_mul(DAY))
+        .saturating_add(value.time)
 }

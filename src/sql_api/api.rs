@@ -12,10 +12,11 @@ use crate::pg::cluster;
 use crate::pg::datum::{self, Jsonb, Record};
 use crate::pg::guc;
 use crate::pg::time::{clock, timestamptz, Micros};
+use crate::rules::{ClaimOutcome, ClaimRequest, Fenced, FencedChange, Refused, State};
 use crate::sql_api::args::{self, check};
 use crate::sql_api::tenants;
 use crate::stats::{self, Event};
-use crate::store::{self, ClaimOutcome, ClaimRequest, Fenced, FencedChange, State};
+use crate::store;
 
 pub fn record_outcome(tenant: &str, outcome: &ClaimOutcome<'_>) {
     let event = match outcome {
@@ -104,7 +105,7 @@ pub fn fenced<'a>(
 }
 
 /// The result of a fenced operation, or its refusal raised (a stale fence counted first).
-pub fn unless_refused<T>(target: &Fenced<'_>, result: Result<T, store::Refused>) -> T {
+pub fn unless_refused<T>(target: &Fenced<'_>, result: Result<T, Refused>) -> T {
     result.unwrap_or_else(|refused| {
         if refused.stale_fence {
             stats::record(target.tenant, Event::StaleFence);
@@ -131,7 +132,7 @@ fn finish(
         response_body: body,
         now,
     };
-    let (expires_at, _) = unless_refused(&target, store::fenced(&target, &change));
+    let expires_at = unless_refused(&target, store::fenced(&target, &change)).expires_at;
     timestamptz(expires_at)
 }
 

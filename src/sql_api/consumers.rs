@@ -16,11 +16,12 @@ use crate::errors;
 use crate::pg::datum::Jsonb;
 use crate::pg::guc;
 use crate::pg::time::{clock, timestamptz};
+use crate::rules::{ConsumeRequest, Consumed, Fenced, FencedChange, State};
 use crate::sql_api::api::{fenced, unless_refused};
 use crate::sql_api::args::{self, check};
 use crate::sql_api::tenants;
 use crate::stats::{self, Event};
-use crate::store::{self, ConsumeRequest, Consumed, FencedChange, State};
+use crate::store;
 
 /// Counts what a consume found.
 fn record(tenant: &str, consumed: Consumed) {
@@ -190,7 +191,7 @@ fn idem_complete_many<'a>(
             .collect(),
         None => vec![None; keys.len()],
     };
-    let targets: Vec<store::Fenced<'_>> = keys
+    let targets: Vec<Fenced<'_>> = keys
         .iter()
         .zip(&fences)
         .enumerate()
@@ -225,7 +226,7 @@ fn idem_complete_many<'a>(
         .iter()
         .zip(results)
         .map(|(target, result)| {
-            let (expires_at, _) = unless_refused(target, result);
+            let expires_at = unless_refused(target, result).expires_at;
             (target.key.to_string(), timestamptz(expires_at))
         })
         .collect();

@@ -9,10 +9,11 @@ use crate::hashing;
 use crate::pg::datum::Jsonb;
 use crate::pg::guc;
 use crate::pg::time::clock;
+use crate::rules::{ClaimOutcome, ClaimRequest, FencedChange};
 use crate::sql_api::api::{claim_row, fenced, lease_and_ttl, record_outcome, unless_refused};
 use crate::sql_api::args::{self, check};
 use crate::sql_api::tenants;
-use crate::store::{self, ClaimOutcome, ClaimRequest, FencedChange};
+use crate::store;
 
 /// The keys and request hashes of a batch, checked: same length, no NULLs, within the limit.
 /// The elements are borrowed from the arrays (PostgreSQL memory), never copied: the count is

@@ -36,56 +36,41 @@ use pgrx::pg_sys;
 use pgrx::{FromDatum, IntoDatum};
 
 use super::definition::{self, Verdict};
-use super::{
-    fences, not_null, plan, plan_consume, prevent_if_read_only, snapshot_per_transaction,
-    stored_hash, wait_for, ClaimOutcome, ClaimRequest, ConsumePlan, ConsumeRequest, Consumed,
-    Fenced, FencedChange, KeyRow, Plan, Refused, State, CLAIM_ROUNDS,
-};
+use super::{fences, prevent_if_read_only, snapshot_per_transaction, wait_for};
 use crate::errors;
 use crate::pg::datum::Jsonb;
 use crate::pg::heap::{Found, Holder, Inserted, Layout, PrimaryKey, Snap, Table, Write, Written};
-use crate::pg::time::Micros;
+use crate::pg::time::{interval, interval_micros, Micros};
+use crate::rules::claims::{plan, ClaimOutcome, ClaimRequest, Plan, CLAIM_ROUNDS};
+use crate::rules::consumes::{plan_consume, ConsumePlan, ConsumeRequest, Consumed};
+use crate::rules::fenced::{Effect, Fenced, FencedChange, FencedTimes, Refused};
+use crate::rules::key_row::{not_null, stored_hash, KeyRow, State};
+use crate::rules::row_write::{Assign, Column, RowWrite, Value};
 
-/// Attribute numbers of idem.keys' columns.
+/// Attribute numbers of idem.keys' columns: the two that name a key, and each one a write sets.
 #[derive(Clone, Copy)]
 struct Columns {
-    fence: usize,
-    claimed_at: usize,
-    lease_expires_at: usize,
-    expires_at: usize,
-    purge_after: usize,
-    ttl: usize,
-    attempt: usize,
-    response_code: usize,
-    state: usize,
     tenant: usize,
     key: usize,
-    request_hash: usize,
-    response_body: usize,
-    checkpoint_phase: usize,
-    checkpoint_data: usize,
+    written: [usize; Column::ALL.len()],
 }
 
 impl Columns {
     fn resolve(table: &Table) -> Result<Columns, &'static str> {
         let a = |name: &str| table.attno(name).ok_or("a column of idem.keys is missing");
+        let mut written = [0; Column::ALL.len()];
+        for column in Column::ALL {
+            written[column as usize] = a(column.name())?;
+        }
         Ok(Columns {
-            fence: a("fence")?,
-            claimed_at: a("claimed_at")?,
-            lease_expires_at: a("lease_expires_at")?,
-            expires_at: a("expires_at")?,
-            purge_after: a("purge_after")?,
-            ttl: a("ttl")?,
-            attempt: a("attempt")?,
-            response_code: a("response_code")?,
-            state: a("state")?,
             tenant: a("tenant")?,
             key: a("key")?,
-            request_hash: a("request_hash")?,
-            response_body: a("response_body")?,
-            checkpoint_phase: a("checkpoint_phase")?,
-            checkpoint_data: a("checkpoint_data")?,
+            written,
         })
+    }
+
+    fn of(&self, column: Column) -> usize {
+        self.written[column as usize]
     }
 }
 
@@ -255,20 +240,8 @@ fn look_up(standby: bool) -> Decision {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Values
+// Rows and values
 // ---------------------------------------------------------------------------------------------
-
-fn timestamptz(micros: Micros) -> pg_sys::Datum {
-    pg_sys::Datum::from(micros)
-}
-
-fn interval(micros: i64) -> pg_sys::Datum {
-    // a pure time interval: adding it never depends on the calendar or the session time zone
-    pgrx::datum::Interval::new(0, 0, micros)
-        .ok()
-        .and_then(IntoDatum::into_datum)
-        .unwrap_or_else(|| errors::internal("building an interval", micros).raise())
-}
 
 impl Keys {
     fn find(&self, tenant: &str, key: &str, snap: Snap) -> Option<Found> {
@@ -276,60 +249,97 @@ impl Keys {
             .find(self.catalog.primary_key, &[tenant, key], snap)
     }
 
-    fn i64_of(&self, found: &Found, attno: usize) -> Option<i64> {
-        found.datum(attno).map(|d| d.value() as i64)
+    fn i64_of(&self, found: &Found, column: Column) -> Option<i64> {
+        found
+            .datum(self.catalog.columns.of(column))
+            .map(|d| d.value() as i64)
     }
 
     /// The key row a look-up found, its jsonb copied into `outer`.
     fn key_row<'m>(&self, found: &Found, outer: pg_sys::MemoryContext) -> KeyRow<'m> {
         let c = &self.catalog.columns;
+        let datum = |column: Column| found.datum(c.of(column));
         KeyRow {
-            state: State::from_code(not_null(found.datum(c.state), "state").value() as i8),
+            fence: not_null(self.i64_of(found, Column::Fence), "fence"),
+            state: State::from_code(not_null(datum(Column::State), "state").value() as i8),
             request_hash: stored_hash(not_null(
-                found
-                    .datum(c.request_hash)
+                datum(Column::RequestHash)
                     // SAFETY: request_hash is a bytea column; the value lives with `found`.
                     .and_then(|d| unsafe { <&[u8] as FromDatum>::from_datum(d, false) }),
                 "request_hash",
             )),
-            attempt: not_null(found.datum(c.attempt), "attempt").value() as i32,
-            response_code: found.datum(c.response_code).map(|d| d.value() as i32),
-            response_body: jsonb(found, c.response_body, outer),
-            lease_expires_at: self.i64_of(found, c.lease_expires_at),
-            expires_at: not_null(self.i64_of(found, c.expires_at), "expires_at"),
+            attempt: not_null(datum(Column::Attempt), "attempt").value() as i32,
+            response_code: datum(Column::ResponseCode).map(|d| d.value() as i32),
+            response_body: datum(Column::ResponseBody).and_then(|d| jsonb(d, outer)),
+            lease_expires_at: self.i64_of(found, Column::LeaseExpiresAt),
+            expires_at: not_null(self.i64_of(found, Column::ExpiresAt), "expires_at"),
+            ttl_us: interval_micros(not_null(datum(Column::Ttl), "ttl")),
         }
     }
 
-    fn checkpoint_phase(&self, found: &Found) -> Option<String> {
-        found
-            .datum(self.catalog.columns.checkpoint_phase)
-            // SAFETY: checkpoint_phase is a text column; the value lives with `found`.
-            .and_then(|d| unsafe { <&str as FromDatum>::from_datum(d, false) })
-            .map(str::to_owned)
-    }
-
-    fn fence_of(&self, found: &Found) -> i64 {
-        not_null(self.i64_of(found, self.catalog.columns.fence), "fence")
-    }
-
-    /// The values of `found` to modify and write back.
-    fn values_of(&self, found: &Found) -> (Vec<pg_sys::Datum>, Vec<bool>) {
-        (found.values.clone(), found.nulls.clone())
+    /// The values of the row `write` makes: of `found` (the key's latest version) with the
+    /// write's columns changed, or of a new row for `tenant`/`key` (the write sets every column).
+    fn row_after(
+        &self,
+        found: Option<&Found>,
+        tenant: &str,
+        key: &str,
+        write: &RowWrite<'_>,
+    ) -> (Vec<pg_sys::Datum>, Vec<bool>) {
+        let c = &self.catalog.columns;
+        let natts = self.table.natts();
+        let (mut values, mut nulls) = match found {
+            Some(found) => (found.values.clone(), found.nulls.clone()),
+            None if write.is_whole_row() => {
+                let (mut values, mut nulls) =
+                    (vec![pg_sys::Datum::from(0); natts], vec![true; natts]);
+                set(&mut values, &mut nulls, c.tenant, tenant.into_datum());
+                set(&mut values, &mut nulls, c.key, key.into_datum());
+                (values, nulls)
+            }
+            None => errors::internal("writing a new key", "not every column is set").raise(),
+        };
+        for (column, assign) in write.assignments() {
+            let datum = match assign {
+                Assign::To(value) => datum_of(value),
+                Assign::AtMost(bound) => {
+                    let kept = found.and_then(|f| self.i64_of(f, column));
+                    Some(pg_sys::Datum::from(kept.map_or(bound, |k| k.min(bound))))
+                }
+            };
+            set(&mut values, &mut nulls, c.of(column), datum);
+        }
+        (values, nulls)
     }
 }
 
-/// A jsonb column copied into `outer`, the memory context of the SQL function being called.
-fn jsonb<'m>(found: &Found, attno: usize, outer: pg_sys::MemoryContext) -> Option<Jsonb<'m>> {
-    // SAFETY: attno is a jsonb column; the value is detoasted and copied into `outer`, which
-    // outlives this call.
-    found.datum(attno).and_then(|d| unsafe {
+/// A value of `rules::row_write` as a datum of its column; None for NULL. Values passed by
+/// reference (bytea, text, interval, jsonb) are allocated in the current memory context.
+fn datum_of(value: Value<'_>) -> Option<pg_sys::Datum> {
+    match value {
+        Value::Null => None,
+        Value::Int8(v) | Value::Time(v) => Some(pg_sys::Datum::from(v)),
+        Value::Int4(v) => Some(pg_sys::Datum::from(v)),
+        Value::State(state) => Some(pg_sys::Datum::from(state.code())),
+        Value::Hash(hash) => hash.as_slice().into_datum(),
+        Value::Duration(micros) => interval(micros).into_datum(),
+        Value::Text(text) => text.into_datum(),
+        Value::Jsonb(value) => value.into_datum(),
+    }
+}
+
+/// A jsonb datum copied into `outer`, the memory context of the SQL function being called.
+fn jsonb<'m>(datum: pg_sys::Datum, outer: pg_sys::MemoryContext) -> Option<Jsonb<'m>> {
+    // SAFETY: callers pass the datum of a jsonb column; it is detoasted and copied into
+    // `outer`, which outlives this call.
+    unsafe {
         <Jsonb as FromDatum>::from_datum_in_memory_context(
             PgMemoryContexts::For(outer),
-            d,
+            datum,
             false,
             pg_sys::JSONBOID,
         )
-    })
+    }
 }
 
 fn set(
@@ -340,6 +350,57 @@ fn set(
 ) {
     values[attno - 1] = value.unwrap_or(pg_sys::Datum::from(0));
     nulls[attno - 1] = value.is_none();
+}
+
+/// The engine's one answer to a write that found its row changed by a transaction that
+/// committed after the row was read: at REPEATABLE READ and SERIALIZABLE a serialization failure
+/// (40001), as the executor raises; at READ COMMITTED the caller reads the key again.
+fn changed_under(function: &str, tenant: &str, key: &str) {
+    if snapshot_per_transaction() {
+        errors::serialization_failure(function, tenant, key).raise()
+    }
+}
+
+/// What writing a row gave.
+enum Stored {
+    /// Written: the values of the new row.
+    Yes(Vec<pg_sys::Datum>, Vec<bool>),
+    /// Another transaction inserted the key since it was read: this one's row was taken back.
+    Taken,
+    /// Another running transaction changes or locks the row.
+    HeldBy(pg_sys::TransactionId),
+    /// A transaction committed a change to the row after it was read.
+    Changed,
+}
+
+/// Inserts the key's row as `write` makes it, or writes it over `seen` (the key's latest
+/// version) without waiting; remembers where it went (`OwnRow`).
+fn write_row(
+    keys: &Keys,
+    seen: Option<&Found>,
+    tenant: &str,
+    key: &str,
+    write: &RowWrite<'_>,
+) -> Stored {
+    let (mut values, mut nulls) = keys.row_after(seen, tenant, key, write);
+    let stored = match seen {
+        None => match keys
+            .table
+            .insert(keys.catalog.primary_key, &mut values, &mut nulls)
+        {
+            Inserted::Yes => Stored::Yes(values, nulls),
+            Inserted::Taken => Stored::Taken,
+        },
+        Some(found) => match keys.table.update(found, &mut values, &mut nulls, false) {
+            Write::Done => Stored::Yes(values, nulls),
+            Write::Busy(xid) => Stored::HeldBy(xid),
+            Write::Changed => Stored::Changed,
+        },
+    };
+    if matches!(stored, Stored::Yes(..)) {
+        keys.remember_written(tenant, key);
+    }
+    stored
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -389,11 +450,11 @@ pub fn claim<'m>(
         };
         let row = seen.as_ref().map(|f| keys.key_row(f, outer));
         let purgeable = row.as_ref().is_some_and(|r| r.is_purgeable(now));
+        let replaced = row.as_ref().map(|r| r.fence);
         let mine = seen.as_ref().is_some_and(|f| f.holder == Holder::Me);
         let attempt = match plan(row, mine, request, now) {
             Plan::Answer(outcome) => return outcome,
-            Plan::Fresh => 1,
-            Plan::TakeOver { attempt } => attempt,
+            Plan::Claim(attempt) => attempt,
         };
         prevent_if_read_only(if seen.is_some() { c"UPDATE" } else { c"INSERT" });
         let writer = match writer {
@@ -409,188 +470,47 @@ pub fn claim<'m>(
             },
             known => known,
         };
-        let written = match writer {
-            Writer::Other(xid) => Claimed::HeldBy(xid),
-            _ => write_claim(keys, request, now, seen.as_ref(), attempt, outer),
-        };
-        match written {
-            Claimed::Yes(outcome) => return outcome,
-            Claimed::HeldBy(xid) if purgeable => wait_for(xid),
-            Claimed::HeldBy(_) => return ClaimOutcome::InProgress(None),
-            Claimed::Changed if per_transaction => {
-                errors::serialization_failure("idem_claim", tenant, key).raise()
+        let stored = match writer {
+            Writer::Other(xid) => Stored::HeldBy(xid),
+            _ => {
+                let fence = fences::next(keys.catalog.fence_seq, replaced);
+                let write = request.write(now, fence, attempt);
+                match write_row(keys, seen.as_ref(), tenant, key, &write) {
+                    Stored::Yes(values, nulls) => {
+                        let c = &keys.catalog.columns;
+                        let column = |column: Column| {
+                            let attno = c.of(column);
+                            (!nulls[attno - 1]).then(|| values[attno - 1])
+                        };
+                        let checkpoint = (
+                            column(Column::CheckpointPhase)
+                                // SAFETY: checkpoint_phase is a text column; the datum lives
+                                // with `seen` (kept) or was just built (set).
+                                .and_then(|d| unsafe { <&str as FromDatum>::from_datum(d, false) })
+                                .map(str::to_owned),
+                            column(Column::CheckpointData).and_then(|d| jsonb(d, outer)),
+                        );
+                        return request.claimed(now, fence, attempt, checkpoint);
+                    }
+                    other => other,
+                }
             }
-            Claimed::Changed | Claimed::Taken => {}
+        };
+        match stored {
+            Stored::HeldBy(xid) if purgeable => wait_for(xid),
+            Stored::HeldBy(_) => return ClaimOutcome::InProgress(None),
+            Stored::Changed => changed_under("idem_claim", tenant, key),
+            Stored::Taken | Stored::Yes(..) => {}
         }
     }
     ClaimOutcome::InProgress(None)
-}
-
-enum Claimed<'m> {
-    Yes(ClaimOutcome<'m>),
-    /// Another running transaction inserts, changes or locks the key.
-    HeldBy(pg_sys::TransactionId),
-    /// A transaction committed a change to the key after `seen` was read.
-    Changed,
-    /// Another transaction inserted the key since it was read: this one's row was taken back.
-    Taken,
-}
-
-/// Inserts the key, or takes over `seen` (its latest version), for the attempt `attempt`.
-fn write_claim<'m>(
-    keys: &Keys,
-    request: &ClaimRequest<'_>,
-    now: Micros,
-    seen: Option<&Found>,
-    attempt: i32,
-    outer: pg_sys::MemoryContext,
-) -> Claimed<'m> {
-    let (lease_expires_at, expires_at, purge_after) = request.times(now);
-    // a fence above every fence handed out before, and above the one it replaces
-    let fence = fences::next(
-        keys.catalog.fence_seq,
-        seen.map_or(0, |f| keys.fence_of(f).saturating_add(1)),
-    );
-    let takeover = attempt > 1;
-    let version = Version {
-        tenant: request.tenant,
-        key: request.key,
-        fence,
-        attempt,
-        state: State::InProgress,
-        request_hash: &request.request_hash,
-        now,
-        lease_expires_at: Some(lease_expires_at),
-        expires_at,
-        purge_after,
-        ttl_us: request.ttl_us,
-        keep_checkpoint: takeover,
-    };
-    match write_version(keys, seen, &version) {
-        Stored::Yes => {
-            let c = keys.catalog.columns;
-            let (checkpoint_phase, checkpoint_data) = match seen {
-                Some(found) if takeover => (
-                    keys.checkpoint_phase(found),
-                    jsonb(found, c.checkpoint_data, outer),
-                ),
-                _ => (None, None),
-            };
-            Claimed::Yes(ClaimOutcome::Claimed {
-                fence,
-                attempt,
-                lease_expires_at,
-                expires_at,
-                takeover,
-                checkpoint_phase,
-                checkpoint_data,
-            })
-        }
-        Stored::Taken => Claimed::Taken,
-        Stored::HeldBy(xid) => Claimed::HeldBy(xid),
-        Stored::Changed => Claimed::Changed,
-    }
-}
-
-/// A new version of a key's row, as a claim or a consume writes it.
-struct Version<'a> {
-    tenant: &'a str,
-    key: &'a str,
-    fence: i64,
-    attempt: i32,
-    state: State,
-    request_hash: &'a [u8],
-    now: Micros,
-    lease_expires_at: Option<Micros>,
-    expires_at: Micros,
-    purge_after: Micros,
-    ttl_us: i64,
-    /// a takeover hands the last checkpoint on; everything else starts without one
-    keep_checkpoint: bool,
-}
-
-/// What writing a version gave.
-enum Stored {
-    Yes,
-    /// Another transaction inserted the key since it was read: this one's row was taken back.
-    Taken,
-    /// Another running transaction changes or locks the row.
-    HeldBy(pg_sys::TransactionId),
-    /// A transaction committed a change to the row after it was read.
-    Changed,
-}
-
-/// Inserts `version`, or writes it over `seen` (the key's latest version) without waiting;
-/// remembers where it went (`OwnRow`).
-fn write_version(keys: &Keys, seen: Option<&Found>, version: &Version<'_>) -> Stored {
-    let c = keys.catalog.columns;
-    let request_hash = version
-        .request_hash
-        .into_datum()
-        .unwrap_or_else(|| errors::internal("storing a request hash", "NULL").raise());
-    let natts = keys.table.natts();
-    let (mut values, mut nulls) = match seen {
-        Some(found) => keys.values_of(found),
-        None => (vec![pg_sys::Datum::from(0); natts], vec![true; natts]),
-    };
-    let (v, n) = (&mut values[..], &mut nulls[..]);
-    set(v, n, c.fence, Some(version.fence.into()));
-    set(v, n, c.attempt, Some(version.attempt.into()));
-    set(v, n, c.state, Some(version.state.code().into()));
-    set(v, n, c.request_hash, Some(request_hash));
-    set(v, n, c.claimed_at, Some(timestamptz(version.now)));
-    set(
-        v,
-        n,
-        c.lease_expires_at,
-        version.lease_expires_at.map(timestamptz),
-    );
-    set(v, n, c.expires_at, Some(timestamptz(version.expires_at)));
-    set(v, n, c.ttl, Some(interval(version.ttl_us)));
-    set(v, n, c.response_code, None);
-    set(v, n, c.response_body, None);
-    if !version.keep_checkpoint {
-        set(v, n, c.checkpoint_phase, None);
-        set(v, n, c.checkpoint_data, None);
-    }
-    let stored = match seen {
-        None => {
-            set(v, n, c.tenant, version.tenant.into_datum());
-            set(v, n, c.key, version.key.into_datum());
-            set(v, n, c.purge_after, Some(timestamptz(version.purge_after)));
-            match keys.table.insert(keys.catalog.primary_key, v, n) {
-                Inserted::Yes => Stored::Yes,
-                Inserted::Taken => Stored::Taken,
-            }
-        }
-        Some(found) => {
-            // purge_after only ever moves down here, and to the value it already has in the
-            // common case, which keeps the update HOT
-            let old_purge_after = not_null(keys.i64_of(found, c.purge_after), "purge_after");
-            set(
-                v,
-                n,
-                c.purge_after,
-                Some(timestamptz(old_purge_after.min(version.purge_after))),
-            );
-            match keys.table.update(found, v, n, false) {
-                Write::Done => Stored::Yes,
-                Write::Busy(xid) => Stored::HeldBy(xid),
-                Write::Changed => Stored::Changed,
-            }
-        }
-    };
-    if matches!(stored, Stored::Yes) {
-        keys.remember_written(version.tenant, version.key);
-    }
-    stored
 }
 
 // ---------------------------------------------------------------------------------------------
 // Consumed messages
 // ---------------------------------------------------------------------------------------------
 
-/// Records the message `request.key` as processed unless it was (see `store::plan_consume`).
+/// Records the message `request.key` as processed unless it was (see `rules::plan_consume`).
 /// Another transaction writing the key is waited for, as INSERT ... ON CONFLICT waits for a
 /// conflicting insert: only its outcome tells whether the message is new.
 pub fn consume(
@@ -601,8 +521,6 @@ pub fn consume(
 ) -> Result<Consumed, errors::IdemError> {
     let (tenant, key) = (request.tenant, request.key);
     let per_transaction = snapshot_per_transaction();
-    let request_hash = ConsumeRequest::request_hash();
-    let (expires_at, purge_after) = request.times(now);
     loop {
         pgrx::check_for_interrupts!();
         let latest = keys.find(tenant, key, Snap::Latest);
@@ -624,39 +542,26 @@ pub fn consume(
             }
         }
         let row = latest.as_ref().map(|f| keys.key_row(f, outer));
-        let (attempt, takeover) = match plan_consume(row.as_ref(), mine, request, now) {
+        let attempt = match plan_consume(row.as_ref(), mine, request, now) {
             ConsumePlan::Answer(answer) => return Ok(answer),
             ConsumePlan::Held(error) => return Err(error),
-            ConsumePlan::Write { attempt, takeover } => (attempt, takeover),
+            ConsumePlan::Write(attempt) => attempt,
         };
         prevent_if_read_only(if latest.is_some() {
             c"UPDATE"
         } else {
             c"INSERT"
         });
-        let version = Version {
-            tenant,
-            key,
-            // a consumed message holds no fence (none is handed out); a row it replaces keeps
-            // its own, so a later claim's fence is still above it
-            fence: latest.as_ref().map_or(0, |f| keys.fence_of(f)),
-            attempt,
-            state: State::Completed,
-            request_hash: &request_hash,
-            now,
-            lease_expires_at: None,
-            expires_at,
-            purge_after,
-            ttl_us: request.ttl_us,
-            keep_checkpoint: false,
-        };
-        match write_version(keys, latest.as_ref(), &version) {
-            Stored::Yes => return Ok(Consumed::New { takeover }),
-            Stored::HeldBy(xid) => wait_for(xid),
-            Stored::Changed if per_transaction => {
-                errors::serialization_failure("idem_consume", tenant, key).raise()
+        let write = request.write(now, row.as_ref().map_or(0, |r| r.fence), attempt);
+        match write_row(keys, latest.as_ref(), tenant, key, &write) {
+            Stored::Yes(..) => {
+                return Ok(Consumed::New {
+                    takeover: attempt.takeover,
+                })
             }
-            Stored::Taken | Stored::Changed => {}
+            Stored::HeldBy(xid) => wait_for(xid),
+            Stored::Changed => changed_under("idem_consume", tenant, key),
+            Stored::Taken => {}
         }
     }
 }
@@ -723,111 +628,72 @@ impl Keys {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Operations under a fence
+// Operations under a fence, and forget
 // ---------------------------------------------------------------------------------------------
 
-/// Finds the row holding the fence and applies `change`; returns the row's new expires_at and
-/// lease_expires_at.
+/// The key's row to act on, as the caller's transaction sees it (its own latest version first,
+/// where it last wrote it: `own_row`): the first that `acts` accepts, or else, once no other
+/// transaction is inserting or changing the key, what the key holds. Such a transaction's
+/// outcome decides (a claim that handed out this very fence, a takeover, a forget), so it is
+/// waited for and the key looked at again, as UPDATE waits for a row.
+fn row_to_act_on<'m>(
+    keys: &Keys,
+    tenant: &str,
+    key: &str,
+    outer: pg_sys::MemoryContext,
+    acts: impl Fn(Option<&KeyRow<'_>>) -> bool,
+) -> Option<(Found, KeyRow<'m>)> {
+    let mut own = keys.own_row(tenant, key);
+    loop {
+        pgrx::check_for_interrupts!();
+        let found = own
+            .take()
+            .or_else(|| keys.find(tenant, key, Snap::Transaction));
+        let row = found.map(|f| {
+            let row = keys.key_row(&f, outer);
+            (f, row)
+        });
+        if acts(row.as_ref().map(|(_, r)| r)) || !wait_for_writer(keys, tenant, key) {
+            return row;
+        }
+    }
+}
+
+/// Finds the row holding the fence and applies `change`; returns the row's new times.
 pub fn fenced(
     keys: &Keys,
     target: &Fenced<'_>,
     change: &FencedChange<'_>,
     outer: pg_sys::MemoryContext,
-) -> Result<(Micros, Option<Micros>), Refused> {
-    let c = keys.catalog.columns;
+) -> Result<FencedTimes, Refused> {
+    let (tenant, key) = (target.tenant, target.key);
     // as the executor's UPDATE, DELETE or SELECT FOR NO KEY UPDATE would, whatever the key holds
     prevent_if_read_only(change.command());
-    let mut own = keys.own_row(target.tenant, target.key);
     loop {
-        pgrx::check_for_interrupts!();
-        let found = own
-            .take()
-            .or_else(|| keys.find(target.tenant, target.key, Snap::Transaction));
-        let holds_fence = found.as_ref().is_some_and(|f| {
-            keys.fence_of(f) == target.fence
-                && not_null(f.datum(c.state), "state").value() as i8 == State::InProgress.code()
-        });
-        let Some(found) = found.filter(|_| holds_fence) else {
-            // Another transaction may be writing the key right now (a claim that handed out
-            // this very fence, a takeover, a forget): its outcome decides, so wait for it and
-            // look again, as UPDATE waits for a row.
-            if wait_for_writer(keys, target.tenant, target.key) {
-                continue;
-            }
-            let row = found_row(keys, target, outer);
-            return Err(target.refusal_for(row.as_ref()));
+        let found = row_to_act_on(keys, tenant, key, outer, |row| target.check(row).is_ok());
+        target.check(found.as_ref().map(|(_, row)| row))?;
+        let Some((found, row)) = found else {
+            errors::internal("a fenced write", "no row holds the fence").raise()
         };
-        let ttl = not_null(found.datum(c.ttl), "ttl");
-        let (expires_at, lease_expires_at) = change.times(
-            not_null(keys.i64_of(&found, c.expires_at), "expires_at"),
-            keys.i64_of(&found, c.lease_expires_at),
-            ttl,
-        );
-        let (mut values, mut nulls) = keys.values_of(&found);
-        let (v, n) = (&mut values[..], &mut nulls[..]);
-        let write = match *change {
-            FencedChange::Finish {
-                state,
-                response_code,
-                response_body,
-                ..
-            } => {
-                set(v, n, c.state, Some(state.code().into()));
-                set(v, n, c.response_code, response_code.map(Into::into));
-                set(
-                    v,
-                    n,
-                    c.response_body,
-                    response_body.and_then(IntoDatum::into_datum),
-                );
-                set(v, n, c.lease_expires_at, None);
-                set(v, n, c.expires_at, Some(timestamptz(expires_at)));
-                set(v, n, c.checkpoint_phase, None);
-                set(v, n, c.checkpoint_data, None);
-                keys.table.update(&found, v, n, true)
+        let (effect, times) = change.effect(&row);
+        let written = match effect {
+            Effect::Update(write) => {
+                let (mut values, mut nulls) = keys.row_after(Some(&found), tenant, key, &write);
+                keys.table.update(&found, &mut values, &mut nulls, true)
             }
-            FencedChange::Heartbeat { .. } => {
-                set(v, n, c.lease_expires_at, lease_expires_at.map(timestamptz));
-                set(v, n, c.expires_at, Some(timestamptz(expires_at)));
-                keys.table.update(&found, v, n, true)
-            }
-            FencedChange::Checkpoint { phase, data, .. } => {
-                set(v, n, c.checkpoint_phase, phase.into_datum());
-                set(
-                    v,
-                    n,
-                    c.checkpoint_data,
-                    data.and_then(IntoDatum::into_datum),
-                );
-                set(v, n, c.expires_at, Some(timestamptz(expires_at)));
-                keys.table.update(&found, v, n, true)
-            }
-            FencedChange::Release => keys.table.delete(&found, true),
-            FencedChange::AssertFence => keys.table.lock(&found),
+            Effect::Delete => keys.table.delete(&found, true),
+            Effect::Lock => keys.table.lock(&found),
         };
-        match write {
+        match written {
             Write::Done => {
-                keys.remember_written(target.tenant, target.key);
-                return Ok((expires_at, lease_expires_at));
-            }
-            Write::Changed if snapshot_per_transaction() => {
-                errors::serialization_failure(target.function, target.tenant, target.key).raise()
+                keys.remember_written(tenant, key);
+                return Ok(times);
             }
             // a committed transaction changed the row while this one waited: check again
-            Write::Changed => {}
+            Write::Changed => changed_under(target.function, tenant, key),
             Write::Busy(_) => errors::internal("a fenced write", "did not wait").raise(),
         }
     }
-}
-
-/// The key's row as the transaction sees it, for saying why a fence was refused.
-fn found_row<'m>(
-    keys: &Keys,
-    target: &Fenced<'_>,
-    outer: pg_sys::MemoryContext,
-) -> Option<KeyRow<'m>> {
-    keys.find(target.tenant, target.key, Snap::Transaction)
-        .map(|f| keys.key_row(&f, outer))
 }
 
 /// Waits for another transaction that inserts or changes the key, if there is one right now;
@@ -844,22 +710,15 @@ fn wait_for_writer(keys: &Keys, tenant: &str, key: &str) -> bool {
 }
 
 /// Drops a key in any state; true if there was one.
-pub fn forget(keys: &Keys, tenant: &str, key: &str) -> bool {
+pub fn forget(keys: &Keys, tenant: &str, key: &str, outer: pg_sys::MemoryContext) -> bool {
     prevent_if_read_only(c"DELETE");
     loop {
-        pgrx::check_for_interrupts!();
-        let Some(found) = keys.find(tenant, key, Snap::Transaction) else {
-            if wait_for_writer(keys, tenant, key) {
-                continue;
-            }
+        let Some((found, _)) = row_to_act_on(keys, tenant, key, outer, |row| row.is_some()) else {
             return false;
         };
         match keys.table.delete(&found, true) {
             Write::Done => return true,
-            Write::Changed if snapshot_per_transaction() => {
-                errors::serialization_failure("idem_forget", tenant, key).raise()
-            }
-            Write::Changed => {}
+            Write::Changed => changed_under("idem_forget", tenant, key),
             Write::Busy(_) => errors::internal("forgetting a key", "did not wait").raise(),
         }
     }

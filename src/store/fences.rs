@@ -43,15 +43,13 @@ use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgAtomic};
 
 use crate::errors;
+use crate::pg::locks::Lock;
 use crate::pg::owner;
 use crate::pg::preload;
 use crate::pg::time::{clock, Micros};
 
 /// How far ahead of the fence that crossed it the floor is raised: a minute of clock.
 const FLOOR_AHEAD: Micros = 60 * 1_000_000;
-
-/// objsubid of the advisory lock that serialises raising one database's floor (pg_locks).
-const FLOOR_LOCK_SPACE: u16 = 0x1df;
 
 /// Databases one server lifetime can draw fences for at once. A dropped database's slot is
 /// reused, and re-creating the extension in a database reuses the database's slot.
@@ -110,8 +108,11 @@ pub fn init_shared_memory() {
     pg_shmem_init!(CLOCK);
 }
 
-/// The next fence of the database whose fence sequence is `sequence`, at least `at_least`.
-pub fn next(sequence: pg_sys::Oid, at_least: i64) -> i64 {
+/// The next fence of the database whose fence sequence is `sequence`: above every fence handed
+/// out before, and above `replaced`, the fence of the row the new attempt replaces (a row of an
+/// earlier server lifetime, or restored from a dump, may hold a fence the counter has not seen).
+pub fn next(sequence: pg_sys::Oid, replaced: Option<i64>) -> i64 {
+    let at_least = replaced.map_or(0, |fence| fence.saturating_add(1));
     if !preload::active() {
         return from_sequence(sequence).max(at_least);
     }
@@ -247,23 +248,10 @@ fn raise(slot: &Slot, sequence: pg_sys::Oid, fence: i64) {
 /// wait is interruptible and deadlock-checked (it is a heavyweight lock, and `f` waits for
 /// nothing a claim could hold).
 fn with_floor_lock<R>(f: impl FnOnce() -> R) -> R {
-    let tag = pg_sys::LOCKTAG {
-        // SAFETY: MyDatabaseId is set once the backend is connected, before any SQL runs.
-        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
-        locktag_field2: 0,
-        locktag_field3: 0,
-        locktag_field4: FLOOR_LOCK_SPACE,
-        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
-        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
-    };
-    let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
-    // SAFETY: a valid advisory lock tag; waiting is interruptible and deadlock-checked.
-    let taken = unsafe { pg_sys::LockAcquire(&tag, mode, false, false) };
+    let lock = Lock::fence_floor();
+    let taken = lock.take();
     let result = f();
-    if taken != pg_sys::LockAcquireResult::LOCKACQUIRE_ALREADY_HELD {
-        // SAFETY: releases the lock taken just above, same tag and mode.
-        unsafe { pg_sys::LockRelease(&tag, mode, false) };
-    }
+    lock.release(taken);
     result
 }
 

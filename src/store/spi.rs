@@ -14,24 +14,30 @@
 //! touches expired rows. A read-only transaction (a hot standby) answers what needs no write
 //! and refuses the rest with 25006, as INSERT would, without taking any lock.
 
-use pgrx::datum::DatumWithOid;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::spi::SpiTupleTable;
 
-use super::{
-    fences, not_null, plan, plan_consume, prevent_if_read_only, read_only, stored_hash,
-    ClaimOutcome, ClaimRequest, ConsumePlan, ConsumeRequest, Consumed, Fenced, FencedChange,
-    KeyRow, Plan, Refused, State, CLAIM_ROUNDS,
-};
+use super::{fences, prevent_if_read_only, read_only};
 use crate::enum_list::enum_list;
 use crate::errors;
 use crate::hashing;
 use crate::pg::cluster;
+use crate::pg::datum::Jsonb;
+use crate::pg::locks::{Lock, Taken};
 use crate::pg::sql::{
-    first_row, get_bytes, get_i32, get_i64, get_i8, get_jsonb, get_string, interval_arg, jsonb_arg,
-    optional_i32_arg, raw, timestamptz_arg, Client,
+    first_row, get_bytes, get_i32, get_i64, get_i8, get_jsonb, get_string, interval_arg, raw,
+    timestamptz_arg, Client,
 };
-use crate::pg::time::Micros;
+use crate::pg::time::{interval_micros, Micros};
+use crate::rules::claims::{plan, ClaimOutcome, ClaimRequest, Plan, CLAIM_ROUNDS};
+use crate::rules::consumes::{plan_consume, ConsumePlan, ConsumeRequest, Consumed};
+use crate::rules::fenced::{Effect, Fenced, FencedChange, FencedTimes, Refused};
+use crate::rules::key_row::{not_null, stored_hash, KeyRow, State};
+use crate::rules::row_write::{Assign, Column, RowWrite, Value};
 
 enum_list! {
 /// The statements of the store. All names are schema-qualified and all operators are
@@ -40,27 +46,15 @@ enum_list! {
 enum Stmt {
     Lookup,
     LookupForUpdate,
-    Insert,
-    Reclaim,
-    FencedRow,
-    Finish,
-    Heartbeat,
-    Release,
-    Checkpoint,
     Forget,
-    ConsumeInsert,
-    ConsumeUpdate,
     PurgeBatch,
 }
 }
 
 const KEY_COLUMNS: &str = "k.state, k.request_hash, k.attempt, k.response_code, k.response_body, \
-     k.lease_expires_at, k.expires_at, k.fence";
+     k.lease_expires_at, k.expires_at, k.fence, k.ttl";
 
 const WHERE_KEY: &str = "k.tenant OPERATOR(pg_catalog.=) $1 AND k.key OPERATOR(pg_catalog.=) $2";
-
-const WHERE_FENCE: &str = "k.tenant OPERATOR(pg_catalog.=) $1 AND k.key OPERATOR(pg_catalog.=) $2 \
-     AND k.fence OPERATOR(pg_catalog.=) $3 AND k.state OPERATOR(pg_catalog.=) 'p'";
 
 /// A row is purgeable once both its expiry and any lease have passed ({t} is the table alias);
 /// `KeyRow::is_purgeable` says the same in Rust.
@@ -78,58 +72,9 @@ impl Stmt {
             Stmt::LookupForUpdate => format!(
                 "SELECT {KEY_COLUMNS} FROM idem.keys AS k WHERE {WHERE_KEY} FOR NO KEY UPDATE OF k"
             ),
-            Stmt::Insert => "INSERT INTO idem.keys AS k \
-                   (tenant, key, request_hash, fence, attempt, state, claimed_at, lease_expires_at, expires_at, purge_after, ttl) \
-                 VALUES ($1, $2, $3, $9, 1, 'p', $4, $5, $6, $7, $8) \
-                 ON CONFLICT (tenant, key) DO NOTHING RETURNING k.fence"
-                .to_string(),
-            // purge_after only ever moves down here, and to the value it already has in the
-            // common case, which keeps the update HOT; the row is locked (FOR NO KEY UPDATE)
-            Stmt::Reclaim => format!(
-                "UPDATE idem.keys AS k SET \
-                   fence = $11, attempt = $4, state = 'p', request_hash = $3, claimed_at = $5, \
-                   lease_expires_at = $6, expires_at = $7, purge_after = LEAST(k.purge_after, $8), ttl = $9, \
-                   response_code = NULL, response_body = NULL, \
-                   checkpoint_phase = CASE WHEN $10 THEN k.checkpoint_phase END, \
-                   checkpoint_data = CASE WHEN $10 THEN k.checkpoint_data END \
-                 WHERE {WHERE_KEY} \
-                 RETURNING k.fence, k.checkpoint_phase, k.checkpoint_data"
-            ),
-            // The fenced updates set values computed from this row (read under its lock), never
-            // expressions over its columns: Citus refuses `timestamptz + interval` (STABLE) over
-            // a column in an UPDATE of a distributed table.
-            Stmt::FencedRow => format!(
-                "SELECT k.ttl, k.expires_at, k.lease_expires_at FROM idem.keys AS k \
-                 WHERE {WHERE_FENCE} FOR NO KEY UPDATE OF k"
-            ),
-            Stmt::Finish => format!(
-                "UPDATE idem.keys AS k SET \
-                   state = $4, response_code = $5, response_body = $6, lease_expires_at = NULL, \
-                   expires_at = $7, checkpoint_phase = NULL, checkpoint_data = NULL \
-                 WHERE {WHERE_FENCE}"
-            ),
-            Stmt::Heartbeat => format!(
-                "UPDATE idem.keys AS k SET lease_expires_at = $4, expires_at = $5 WHERE {WHERE_FENCE}"
-            ),
-            Stmt::Release => format!("DELETE FROM idem.keys AS k WHERE {WHERE_FENCE}"),
-            Stmt::Checkpoint => format!(
-                "UPDATE idem.keys AS k SET checkpoint_phase = $4, checkpoint_data = $5, expires_at = $6 \
-                 WHERE {WHERE_FENCE}"
-            ),
-            Stmt::Forget => format!("DELETE FROM idem.keys AS k WHERE {WHERE_KEY} RETURNING k.fence"),
-            // a consumed message: completed, no fence handed out, no lease, no response
-            Stmt::ConsumeInsert => "INSERT INTO idem.keys AS k \
-                   (tenant, key, request_hash, fence, attempt, state, claimed_at, lease_expires_at, expires_at, purge_after, ttl) \
-                 VALUES ($1, $2, $3, 0, 1, 'c', $4, NULL, $5, $5, $6) \
-                 ON CONFLICT (tenant, key) DO NOTHING RETURNING k.attempt"
-                .to_string(),
-            Stmt::ConsumeUpdate => format!(
-                "UPDATE idem.keys AS k SET \
-                   attempt = $7, state = 'c', request_hash = $3, claimed_at = $4, lease_expires_at = NULL, \
-                   expires_at = $5, purge_after = LEAST(k.purge_after, $5), ttl = $6, \
-                   response_code = NULL, response_body = NULL, checkpoint_phase = NULL, checkpoint_data = NULL \
-                 WHERE {WHERE_KEY} RETURNING k.attempt"
-            ),
+            Stmt::Forget => {
+                format!("DELETE FROM idem.keys AS k WHERE {WHERE_KEY} RETURNING k.fence")
+            }
             Stmt::PurgeBatch => purge_batch_sql("idem.keys"),
         }
     }
@@ -144,45 +89,29 @@ fn run<'c>(client: &Client<'_, 'c>, stmt: Stmt, args: &[DatumWithOid<'_>]) -> Sp
     STATEMENTS.with(|texts| client.run(&texts[stmt as usize], args))
 }
 
-/// The KEY_COLUMNS of a row, and its fence; None when the key is absent.
-fn read_key_row<'m>(
-    table: &SpiTupleTable<'_>,
-    outer: pg_sys::MemoryContext,
-) -> Option<(KeyRow<'m>, i64)> {
+/// The KEY_COLUMNS of a row; None when the key is absent.
+fn read_key_row<'m>(table: &SpiTupleTable<'_>, outer: pg_sys::MemoryContext) -> Option<KeyRow<'m>> {
     let state = get_i8(table, 1)?;
-    Some((
-        KeyRow {
-            state: State::from_code(state),
-            request_hash: stored_hash(&not_null(get_bytes(table, 2), "request_hash")),
-            attempt: not_null(get_i32(table, 3), "attempt"),
-            response_code: get_i32(table, 4),
-            response_body: get_jsonb(table, 5, outer),
-            lease_expires_at: get_i64(table, 6),
-            expires_at: not_null(get_i64(table, 7), "expires_at"),
-        },
-        not_null(get_i64(table, 8), "fence"),
-    ))
+    Some(KeyRow {
+        state: State::from_code(state),
+        request_hash: stored_hash(&not_null(get_bytes(table, 2), "request_hash")),
+        attempt: not_null(get_i32(table, 3), "attempt"),
+        response_code: get_i32(table, 4),
+        response_body: get_jsonb(table, 5, outer),
+        lease_expires_at: get_i64(table, 6),
+        expires_at: not_null(get_i64(table, 7), "expires_at"),
+        fence: not_null(get_i64(table, 8), "fence"),
+        ttl_us: interval_micros(not_null(raw(table, 9), "ttl")),
+    })
 }
 
-fn lookup<'m>(client: &Client<'_, '_>, tenant: &str, key: &str) -> Option<(KeyRow<'m>, i64)> {
+fn lookup<'m>(client: &Client<'_, '_>, tenant: &str, key: &str) -> Option<KeyRow<'m>> {
     first_row(run(client, Stmt::Lookup, &[tenant.into(), key.into()]))
         .and_then(|t| read_key_row(&t, client.outer))
 }
 
-/// A looked-up row and its fence, apart.
-fn split<'m>(found: Option<(KeyRow<'m>, i64)>) -> (Option<KeyRow<'m>>, Option<i64>) {
-    match found {
-        Some((row, fence)) => (Some(row), Some(fence)),
-        None => (None, None),
-    }
-}
-
 /// The key's row locked FOR NO KEY UPDATE (waiting for a transaction changing it).
-fn lookup_for_update<'m>(
-    client: &Client<'_, '_>,
-    tenant: &str,
-    key: &str,
-) -> Option<(KeyRow<'m>, i64)> {
+fn lookup_for_update<'m>(client: &Client<'_, '_>, tenant: &str, key: &str) -> Option<KeyRow<'m>> {
     first_row(run(
         client,
         Stmt::LookupForUpdate,
@@ -192,72 +121,109 @@ fn lookup_for_update<'m>(
 }
 
 // ---------------------------------------------------------------------------------------------
-// The key lock: a transaction-scoped advisory lock on (database, SHA-256 prefix of tenant/key).
-// It lives in its own advisory space (objsubid KEY_LOCK_SPACE) so it never collides with the
-// application's own pg_advisory_lock(bigint) (objsubid 1) or (int, int) (objsubid 2) locks.
+// Writes: the statement that applies a `RowWrite`
 // ---------------------------------------------------------------------------------------------
 
-/// objsubid of pg_idem's key locks in pg_locks.
-pub const KEY_LOCK_SPACE: u16 = 0x1de;
-
-fn key_lock_tag(tenant: &str, key: &str) -> pg_sys::LOCKTAG {
-    let id = hashing::key_lock_id(tenant, key);
-    pg_sys::LOCKTAG {
-        // SAFETY: MyDatabaseId is set once the backend is connected to a database, before any
-        // SQL function can run, and never changes afterwards.
-        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
-        locktag_field2: (id >> 32) as u32,
-        locktag_field3: id as u32,
-        locktag_field4: KEY_LOCK_SPACE,
-        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
-        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+/// The text of the statement that applies a write of `shape` (`RowWrite::shape`) to the key
+/// $1/$2, its values from $3 on in `Column` order: an INSERT of a new row (ON CONFLICT DO
+/// NOTHING: nothing is returned when another transaction inserted the key) or an UPDATE of the
+/// key's row. Either returns the row's checkpoint after the write.
+fn write_sql(new_row: bool, write: &RowWrite<'_>) -> String {
+    let params = (3..).map(|n| format!("${n}"));
+    let returning = "RETURNING k.checkpoint_phase, k.checkpoint_data";
+    if new_row {
+        let columns: Vec<&str> = write.assignments().map(|(c, _)| c.name()).collect();
+        let values: Vec<String> = params.take(columns.len()).collect();
+        format!(
+            "INSERT INTO idem.keys AS k (tenant, key, {}) VALUES ($1, $2, {}) \
+             ON CONFLICT (tenant, key) DO NOTHING {returning}",
+            columns.join(", "),
+            values.join(", ")
+        )
+    } else {
+        let sets: Vec<String> = write
+            .assignments()
+            .zip(params)
+            .map(|((column, assign), param)| match assign {
+                Assign::To(_) => format!("{} = {param}", column.name()),
+                Assign::AtMost(_) => format!("{0} = LEAST(k.{0}, {param})", column.name()),
+            })
+            .collect();
+        format!(
+            "UPDATE idem.keys AS k SET {} WHERE {WHERE_KEY} {returning}",
+            sets.join(", ")
+        )
     }
 }
 
-/// What trying the key lock gave.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum KeyLock {
-    /// Another transaction holds it.
-    Busy,
-    /// Taken now: it may be given back early if this transaction ends up not writing the key.
-    Taken,
-    /// This transaction held it already.
-    AlreadyHeld,
+thread_local! {
+    /// The text of each write statement, by (new row, shape), built once per backend.
+    static WRITES: RefCell<HashMap<(bool, u64), String>> = RefCell::new(HashMap::new());
 }
 
-/// Takes the key lock if nobody else holds it, without waiting.
-fn try_lock_key(tenant: &str, key: &str) -> KeyLock {
-    let tag = key_lock_tag(tenant, key);
-    // SAFETY: a valid advisory lock tag; dontWait = true never blocks, the lock is released at
-    // the end of the transaction (sessionLock = false) or by `release_if_taken`.
-    match unsafe { pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as i32, false, true) } {
-        pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL => KeyLock::Busy,
-        pg_sys::LockAcquireResult::LOCKACQUIRE_OK => KeyLock::Taken,
-        _ => KeyLock::AlreadyHeld,
+/// A value of `rules::row_write` as an argument; NULL typed as its column.
+fn arg<'a>(column: Column, assign: Assign<'a>) -> DatumWithOid<'a> {
+    let value = match assign {
+        Assign::AtMost(bound) => return timestamptz_arg(bound),
+        Assign::To(value) => value,
+    };
+    match value {
+        Value::Null => match column {
+            Column::Fence => DatumWithOid::null::<i64>(),
+            Column::Attempt | Column::ResponseCode => DatumWithOid::null::<i32>(),
+            Column::State => DatumWithOid::null::<i8>(),
+            Column::RequestHash => DatumWithOid::null::<Vec<u8>>(),
+            Column::ClaimedAt | Column::LeaseExpiresAt | Column::ExpiresAt | Column::PurgeAfter => {
+                DatumWithOid::null::<TimestampWithTimeZone>()
+            }
+            Column::Ttl => DatumWithOid::null::<Interval>(),
+            Column::CheckpointPhase => DatumWithOid::null::<String>(),
+            Column::ResponseBody | Column::CheckpointData => DatumWithOid::null::<Jsonb>(),
+        },
+        Value::Int8(v) => v.into(),
+        Value::Int4(v) => v.into(),
+        Value::State(state) => state.code().into(),
+        Value::Hash(hash) => hash.to_vec().into(),
+        Value::Time(micros) => timestamptz_arg(micros),
+        Value::Duration(micros) => interval_arg(micros),
+        Value::Text(text) => text.into(),
+        Value::Jsonb(value) => value.into(),
     }
 }
 
-/// Gives back a key lock taken by `try_lock_key` in this call, before the end of the
-/// transaction: a claim that only read the key must not make others' claims wait or answer
-/// in_progress.
-fn release_if_taken(lock: KeyLock, tenant: &str, key: &str) {
-    if lock == KeyLock::Taken {
-        let tag = key_lock_tag(tenant, key);
-        // SAFETY: releases a lock this call took (KeyLock::Taken), with the same tag and mode.
-        unsafe {
-            pg_sys::LockRelease(&tag, pg_sys::ExclusiveLock as i32, false);
-        }
-    }
+/// The checkpoint of a row after a write.
+type Checkpoint<'m> = (Option<String>, Option<Jsonb<'m>>);
+
+/// Applies `write` to the key: inserts its row (`new_row`) or updates it. The row's checkpoint
+/// after the write; None when nothing was written (another transaction inserted the key first,
+/// or the row was purged meanwhile).
+fn apply<'m>(
+    client: &Client<'_, '_>,
+    tenant: &str,
+    key: &str,
+    new_row: bool,
+    write: &RowWrite<'_>,
+) -> Option<Checkpoint<'m>> {
+    let mut args: Vec<DatumWithOid<'_>> = vec![tenant.into(), key.into()];
+    args.extend(
+        write
+            .assignments()
+            .map(|(column, assign)| arg(column, assign)),
+    );
+    let table = WRITES.with(|texts| {
+        let mut texts = texts.borrow_mut();
+        let text = texts
+            .entry((new_row, write.shape()))
+            .or_insert_with(|| write_sql(new_row, write));
+        client.run(text, &args)
+    });
+    first_row(table).map(|t| (get_string(&t, 1), get_jsonb(&t, 2, client.outer)))
 }
 
-/// Takes the key lock, waiting for a transaction that is claiming or finishing the key.
-fn lock_key(tenant: &str, key: &str) {
-    let tag = key_lock_tag(tenant, key);
-    // SAFETY: a valid advisory lock tag, held until the end of the transaction; waiting is
-    // interruptible and deadlock-checked by the lock manager.
-    unsafe {
-        pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as i32, false, false);
-    }
+/// The lock of a key: whoever writes the key on this path takes it first and keeps it until
+/// commit (see the module's comment).
+fn key_lock(tenant: &str, key: &str) -> Lock {
+    Lock::key(hashing::key_lock_id(tenant, key))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -285,110 +251,56 @@ pub fn claim<'m>(
     let (tenant, key) = (request.tenant, request.key);
     if read_only() {
         // a hot standby cannot take the key lock: answer from the row as it is, or refuse
-        let row = lookup(client, tenant, key).map(|(row, _)| row);
-        if let Plan::Answer(outcome) = plan(row, false, request, now) {
+        if let Plan::Answer(outcome) = plan(lookup(client, tenant, key), false, request, now) {
             return outcome;
         }
         prevent_if_read_only(c"INSERT");
     }
-    let (lease_expires_at, expires_at, purge_after) = request.times(now);
+    let lock = key_lock(tenant, key);
     for _ in 0..CLAIM_ROUNDS {
-        let lock = try_lock_key(tenant, key);
-        let (row, mut fence_of_row) = split(lookup(client, tenant, key));
+        let taken = lock.try_take();
+        let row = lookup(client, tenant, key);
+        let mut replaced = row.as_ref().map(|r| r.fence);
         // This transaction holds the key lock: the attempt in progress is its own.
-        let mine = lock == KeyLock::AlreadyHeld;
+        let mine = taken == Taken::AlreadyHeld;
         let mut attempt = match plan(row, mine, request, now) {
             // replays, in_progress and mismatch answers only read: give the lock back at once
             Plan::Answer(outcome) => {
-                release_if_taken(lock, tenant, key);
+                lock.release(taken);
                 return outcome;
             }
             // another transaction is claiming or finishing this key right now
-            _ if lock == KeyLock::Busy => return ClaimOutcome::InProgress(None),
-            Plan::Fresh => 1,
-            Plan::TakeOver { attempt } => attempt,
+            _ if taken == Taken::Busy => return ClaimOutcome::InProgress(None),
+            Plan::Claim(attempt) => attempt,
         };
-        if fence_of_row.is_some() {
+        if replaced.is_some() {
             // An expired row, or an expired lease. With the key lock held, nobody but a purge
             // batch (or, for a moment after idem.keys changed, a backend on the engine path)
             // can be changing this row: lock it, waiting for that, and decide again on what
             // it left.
-            let (row, fence) = split(lookup_for_update(client, tenant, key));
-            fence_of_row = fence;
-            match plan(row, mine, request, now) {
+            let row = lookup_for_update(client, tenant, key);
+            replaced = row.as_ref().map(|r| r.fence);
+            attempt = match plan(row, mine, request, now) {
                 Plan::Answer(outcome) => {
-                    release_if_taken(lock, tenant, key);
+                    lock.release(taken);
                     return outcome;
                 }
-                Plan::Fresh => attempt = 1,
-                Plan::TakeOver { attempt: a } => attempt = a,
-            }
-        }
-        let fence = fences::next(fence_seq(), fence_of_row.map_or(0, |f| f + 1));
-        if fence_of_row.is_some() {
-            let table = run(
-                client,
-                Stmt::Reclaim,
-                &[
-                    tenant.into(),
-                    key.into(),
-                    request.request_hash.to_vec().into(),
-                    attempt.into(),
-                    timestamptz_arg(now),
-                    timestamptz_arg(lease_expires_at),
-                    timestamptz_arg(expires_at),
-                    timestamptz_arg(purge_after),
-                    interval_arg(request.ttl_us),
-                    (attempt > 1).into(),
-                    fence.into(),
-                ],
-            );
-            if let Some(t) = first_row(table) {
-                return ClaimOutcome::Claimed {
-                    fence: not_null(get_i64(&t, 1), "fence"),
-                    attempt,
-                    lease_expires_at,
-                    expires_at,
-                    takeover: attempt > 1,
-                    checkpoint_phase: get_string(&t, 2),
-                    checkpoint_data: get_jsonb(&t, 3, client.outer),
-                };
-            }
-            // purged meanwhile: look again
-            release_if_taken(lock, tenant, key);
-            continue;
-        }
-        let table = run(
-            client,
-            Stmt::Insert,
-            &[
-                tenant.into(),
-                key.into(),
-                request.request_hash.to_vec().into(),
-                timestamptz_arg(now),
-                timestamptz_arg(lease_expires_at),
-                timestamptz_arg(expires_at),
-                timestamptz_arg(purge_after),
-                interval_arg(request.ttl_us),
-                fence.into(),
-            ],
-        );
-        if first_row(table).is_some() {
-            return ClaimOutcome::Claimed {
-                fence,
-                attempt: 1,
-                lease_expires_at,
-                expires_at,
-                takeover: false,
-                checkpoint_phase: None,
-                checkpoint_data: None,
+                Plan::Claim(attempt) => attempt,
             };
         }
-        // ON CONFLICT: another node of a Citus cluster, or a backend on the engine path,
-        // inserted the key first (at REPEATABLE READ a conflict invisible to the snapshot
-        // raises a serialization failure instead)
-        release_if_taken(lock, tenant, key);
-        break;
+        let fence = fences::next(fence_seq(), replaced);
+        let write = request.write(now, fence, attempt);
+        if let Some(checkpoint) = apply(client, tenant, key, replaced.is_none(), &write) {
+            return request.claimed(now, fence, attempt, checkpoint);
+        }
+        lock.release(taken);
+        if replaced.is_none() {
+            // ON CONFLICT: another node of a Citus cluster, or a backend on the engine path,
+            // inserted the key first (at REPEATABLE READ a conflict invisible to the snapshot
+            // raises a serialization failure instead)
+            break;
+        }
+        // purged meanwhile: look again
     }
     ClaimOutcome::InProgress(None)
 }
@@ -397,74 +309,39 @@ pub fn claim<'m>(
 // Operations under a fence
 // ---------------------------------------------------------------------------------------------
 
-/// Locks the row holding the fence (the key lock first, then FOR NO KEY UPDATE) and applies
-/// `change`; refused (55000 or P0002) when no row holds the fence.
+/// Locks the key (the key lock first, then its row FOR NO KEY UPDATE), checks the fence and
+/// applies `change`; refused (55000 or P0002) when the fence does not hold the key.
 pub fn fenced(
     client: &Client<'_, '_>,
     target: &Fenced<'_>,
     change: &FencedChange<'_>,
-) -> Result<(Micros, Option<Micros>), Refused> {
+) -> Result<FencedTimes, Refused> {
+    let (tenant, key) = (target.tenant, target.key);
     prevent_if_read_only(change.command());
-    lock_key(target.tenant, target.key);
-    let fenced_args = || -> Vec<DatumWithOid<'_>> {
-        vec![target.tenant.into(), target.key.into(), target.fence.into()]
+    key_lock(tenant, key).take();
+    let row = lookup_for_update(client, tenant, key);
+    target.check(row.as_ref())?;
+    let Some(row) = row else {
+        errors::internal("a fenced write", "no row holds the fence").raise()
     };
-    let Some(row) = first_row(run(client, Stmt::FencedRow, &fenced_args())) else {
-        let row = lookup(client, target.tenant, target.key).map(|(row, _)| row);
-        return Err(target.refusal_for(row.as_ref()));
-    };
-    let ttl = not_null(raw(&row, 1), "ttl");
-    let (expires_at, lease_expires_at) = change.times(
-        not_null(get_i64(&row, 2), "expires_at"),
-        get_i64(&row, 3),
-        ttl,
-    );
-    let (stmt, extra): (Stmt, Vec<DatumWithOid<'_>>) = match change {
-        FencedChange::Finish {
-            state,
-            response_code,
-            response_body,
-            ..
-        } => (
-            Stmt::Finish,
-            vec![
-                state.code().into(),
-                optional_i32_arg(*response_code),
-                jsonb_arg(*response_body),
-                timestamptz_arg(expires_at),
-            ],
-        ),
-        FencedChange::Heartbeat {
-            lease_expires_at, ..
-        } => (
-            Stmt::Heartbeat,
-            vec![
-                timestamptz_arg(*lease_expires_at),
-                timestamptz_arg(expires_at),
-            ],
-        ),
-        FencedChange::Checkpoint { phase, data, .. } => (
-            Stmt::Checkpoint,
-            vec![
-                (*phase).into(),
-                jsonb_arg(*data),
-                timestamptz_arg(expires_at),
-            ],
-        ),
-        FencedChange::Release => (Stmt::Release, vec![]),
-        // FencedRow locked it already
-        FencedChange::AssertFence => return Ok((expires_at, lease_expires_at)),
-    };
-    let mut args = fenced_args();
-    args.extend(extra);
-    run(client, stmt, &args);
-    Ok((expires_at, lease_expires_at))
+    let (effect, times) = change.effect(&row);
+    match effect {
+        Effect::Update(write) => {
+            apply(client, tenant, key, false, &write);
+        }
+        Effect::Delete => {
+            run(client, Stmt::Forget, &[tenant.into(), key.into()]);
+        }
+        // locked already
+        Effect::Lock => {}
+    }
+    Ok(times)
 }
 
 /// Drops a key in any state; true if there was one.
 pub fn forget(client: &Client<'_, '_>, tenant: &str, key: &str) -> bool {
     prevent_if_read_only(c"DELETE");
-    lock_key(tenant, key);
+    key_lock(tenant, key).take();
     !run(client, Stmt::Forget, &[tenant.into(), key.into()]).is_empty()
 }
 
@@ -472,7 +349,7 @@ pub fn forget(client: &Client<'_, '_>, tenant: &str, key: &str) -> bool {
 // Consumed messages
 // ---------------------------------------------------------------------------------------------
 
-/// Records the message as processed unless it was (see `store::plan_consume`). The key lock is
+/// Records the message as processed unless it was (see `rules::plan_consume`). The key lock is
 /// waited for (a transaction claiming, finishing or consuming the key holds it until it ends),
 /// then the row lock (FOR NO KEY UPDATE): the decision is made on what they left, as INSERT ...
 /// ON CONFLICT waits for a conflicting insert. A read-only transaction (a hot standby) answers a
@@ -484,45 +361,29 @@ pub fn consume(
 ) -> Result<Consumed, errors::IdemError> {
     let (tenant, key) = (request.tenant, request.key);
     if read_only() {
-        let row = lookup(client, tenant, key).map(|(row, _)| row);
-        match plan_consume(row.as_ref(), false, request, now) {
+        match plan_consume(lookup(client, tenant, key).as_ref(), false, request, now) {
             ConsumePlan::Answer(answer) => return Ok(answer),
             ConsumePlan::Held(error) => return Err(error),
-            ConsumePlan::Write { .. } => prevent_if_read_only(c"INSERT"),
+            ConsumePlan::Write(_) => prevent_if_read_only(c"INSERT"),
         }
     }
-    let (expires_at, _) = request.times(now);
-    let hash = ConsumeRequest::request_hash();
+    let lock = key_lock(tenant, key);
     loop {
         pgrx::check_for_interrupts!();
         // whether this transaction held the key lock before: its own attempt, then
-        let mine = try_lock_key(tenant, key) == KeyLock::AlreadyHeld;
-        lock_key(tenant, key);
-        let (row, fence) = split(lookup_for_update(client, tenant, key));
-        let (attempt, takeover) = match plan_consume(row.as_ref(), mine, request, now) {
+        let mine = lock.try_take() == Taken::AlreadyHeld;
+        lock.take();
+        let row = lookup_for_update(client, tenant, key);
+        let attempt = match plan_consume(row.as_ref(), mine, request, now) {
             ConsumePlan::Answer(answer) => return Ok(answer),
             ConsumePlan::Held(error) => return Err(error),
-            ConsumePlan::Write { attempt, takeover } => (attempt, takeover),
+            ConsumePlan::Write(attempt) => attempt,
         };
-        let args = |stmt_attempt: Option<i32>| -> Vec<DatumWithOid<'_>> {
-            let mut args = vec![
-                tenant.into(),
-                key.into(),
-                hash.to_vec().into(),
-                timestamptz_arg(now),
-                timestamptz_arg(expires_at),
-                interval_arg(request.ttl_us),
-            ];
-            args.extend(stmt_attempt.map(DatumWithOid::from));
-            args
-        };
-        let written = if fence.is_some() {
-            run(client, Stmt::ConsumeUpdate, &args(Some(attempt)))
-        } else {
-            run(client, Stmt::ConsumeInsert, &args(None))
-        };
-        if first_row(written).is_some() {
-            return Ok(Consumed::New { takeover });
+        let write = request.write(now, row.as_ref().map_or(0, |r| r.fence), attempt);
+        if apply(client, tenant, key, row.is_none(), &write).is_some() {
+            return Ok(Consumed::New {
+                takeover: attempt.takeover,
+            });
         }
         // ON CONFLICT: inserted meanwhile by a backend on the engine path (which takes no key
         // lock) or another node; the insert waited for it, so the next round sees its row
@@ -693,6 +554,55 @@ pub fn purge(
         cursor = batch.cursor;
         if !batch.more {
             return deleted;
+        }
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pgrx::pg_schema]
+mod tests {
+    use super::*;
+    use crate::rules::key_row::KeyRow;
+    use pgrx::prelude::*;
+
+    /// The purge deletes by its SQL test (`purgeable`), the claims decide by
+    /// `KeyRow::is_purgeable`: the two agree at and around every boundary.
+    #[pg_test]
+    fn the_purge_and_the_rules_agree_on_what_is_purgeable() {
+        let now: Micros = 800_000_000_000_000;
+        let around = [now - 1, now, now + 1];
+        let sql = format!(
+            "SELECT {} FROM (SELECT $2::pg_catalog.timestamptz AS expires_at, \
+                                    $3::pg_catalog.timestamptz AS lease_expires_at) AS c",
+            purgeable("c")
+        );
+        for expires_at in around {
+            for lease_expires_at in [None, Some(now - 1), Some(now), Some(now + 1)] {
+                let lease_arg = lease_expires_at
+                    .map_or_else(DatumWithOid::null::<TimestampWithTimeZone>, timestamptz_arg);
+                let in_sql = Spi::get_one_with_args::<bool>(
+                    &sql,
+                    &[timestamptz_arg(now), timestamptz_arg(expires_at), lease_arg],
+                )
+                .unwrap()
+                .unwrap();
+                let row = KeyRow {
+                    fence: 1,
+                    state: State::InProgress,
+                    request_hash: [0; hashing::STORED_HASH_BYTES],
+                    attempt: 1,
+                    response_code: None,
+                    response_body: None,
+                    lease_expires_at,
+                    expires_at,
+                    ttl_us: 0,
+                };
+                assert_eq!(
+                    in_sql,
+                    row.is_purgeable(now),
+                    "expires_at {expires_at}, lease {lease_expires_at:?}, now {now}"
+                );
+            }
         }
     }
 }

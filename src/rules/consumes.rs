@@ -1,0 +1,101 @@
+//! Consumed messages (idem_consume): what a consume answers for the key's row
+//! (`plan_consume`), and the row it writes for a new message (`ConsumeRequest::write`).
+
+use crate::errors;
+use crate::hashing;
+use crate::pg::time::{timestamptz, Micros};
+use crate::rules::key_row::{after, Attempt, KeyRow, State};
+use crate::rules::row_write::{Column, RowWrite, Value};
+
+pub struct ConsumeRequest<'a> {
+    pub tenant: &'a str,
+    pub key: &'a str,
+    pub ttl_us: i64,
+}
+
+impl ConsumeRequest<'_> {
+    /// The request hash a consumed key stores: the empty fingerprint's, so that idem_claim
+    /// with request_hash '' replays it as completed, and any other hash is a mismatch.
+    fn request_hash() -> [u8; hashing::STORED_HASH_BYTES] {
+        hashing::stored_request_hash("")
+    }
+
+    /// The row of a message consumed now: completed, kept for its ttl, no lease, no response,
+    /// no checkpoint. It hands out no fence: `fence` is the one of the row it replaces (so a
+    /// later claim's fence is still above it), 0 for a new row.
+    pub fn write(&self, now: Micros, fence: i64, attempt: Attempt) -> RowWrite<'_> {
+        let expires_at = after(now, self.ttl_us);
+        RowWrite::new()
+            .set(Column::Fence, Value::Int8(fence))
+            .set(Column::Attempt, Value::Int4(attempt.number))
+            .set(Column::State, Value::State(State::Completed))
+            .set(Column::RequestHash, Value::Hash(Self::request_hash()))
+            .set(Column::ClaimedAt, Value::Time(now))
+            .set(Column::LeaseExpiresAt, Value::Null)
+            .set(Column::ExpiresAt, Value::Time(expires_at))
+            .lower(Column::PurgeAfter, expires_at)
+            .set(Column::Ttl, Value::Duration(self.ttl_us))
+            .set(Column::ResponseCode, Value::Null)
+            .set(Column::ResponseBody, Value::Null)
+            .set(Column::CheckpointPhase, Value::Null)
+            .set(Column::CheckpointData, Value::Null)
+    }
+}
+
+/// What idem_consume found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Consumed {
+    /// The message is new: it is recorded as processed in the caller's transaction.
+    New {
+        /// it took over an attempt of idem_claim whose lease had passed
+        takeover: bool,
+    },
+    /// It was processed already (a committed consume, or a key completed or failed).
+    Duplicate,
+}
+
+/// What a consume has to do about the key's committed row (no other transaction is writing
+/// it: a consume waits for such a transaction first, as INSERT ... ON CONFLICT does).
+pub enum ConsumePlan {
+    Answer(Consumed),
+    /// An attempt in progress holds the key: the error to raise.
+    Held(errors::IdemError),
+    /// Record it as processed with this attempt: afresh (the first), in place of an expired
+    /// row, or taking over an attempt of idem_claim whose lease passed (the next).
+    Write(Attempt),
+}
+
+/// The rule of idem_consume for `row`, the key's latest committed version (or this
+/// transaction's own): an absent or expired key is new; a completed or failed one was
+/// processed; an attempt of idem_claim in progress under a live lease (or this transaction's
+/// own attempt) cannot be decided, so the call fails with 55P03 (the message must not be
+/// acknowledged: it will be redelivered); one whose lease has passed is taken over, as a claim
+/// would: its fence is refused from then on.
+pub fn plan_consume(
+    row: Option<&KeyRow<'_>>,
+    mine: bool,
+    request: &ConsumeRequest<'_>,
+    now: Micros,
+) -> ConsumePlan {
+    let held = |row: &KeyRow<'_>, mine: bool| {
+        ConsumePlan::Held(errors::consume_in_progress(
+            request.tenant,
+            request.key,
+            row.lease_expires_at.map(timestamptz),
+            mine,
+        ))
+    };
+    let row = match row {
+        // this transaction's own attempt stays its own however long it has run past its lease
+        // or ttl (as in `claims::plan`): writing over it would make its fence stale under its
+        // feet
+        Some(row) if mine && row.state == State::InProgress => return held(row, true),
+        Some(row) if !row.is_expired(now) => row,
+        _ => return ConsumePlan::Write(Attempt::FIRST),
+    };
+    match row.state {
+        State::Completed | State::Failed => ConsumePlan::Answer(Consumed::Duplicate),
+        State::InProgress if mine || row.lease_is_live(now) => held(row, mine),
+        State::InProgress => ConsumePlan::Write(Attempt::after(row)),
+    }
+}

@@ -1,0 +1,198 @@
+//! The rules of the key store, as pure decisions: no PostgreSQL call, no table access. Each
+//! takes what a back-end read (a key's row as `KeyRow`, the clock read once per call) and
+//! returns an answer and what to write, column by column (`RowWrite`); the back-ends of
+//! `crate::store` (the engine and the SPI path) only find rows and apply what these return.
+//!
+//! - `key_row`: a key as stored, its state, expiry and lease
+//! - `claims`: what a claim answers for the row it finds, and the row it writes
+//! - `consumes`: the same for a consumed message (idem_consume)
+//! - `fenced`: whether a call's fence holds the key, and what a finish, a heartbeat, a
+//!   checkpoint, a release or a fence guard does to the row
+//! - `row_write`: what a write sets, column by column
+//!
+//! Fences themselves (drawing a new one above every earlier one) need the fence sequence and
+//! shared memory: `store::fences`.
+
+pub mod claims;
+pub mod consumes;
+pub mod fenced;
+pub mod key_row;
+pub mod row_write;
+
+pub use claims::{ClaimOutcome, ClaimRequest};
+pub use consumes::{ConsumeRequest, Consumed};
+pub use fenced::{Fenced, FencedChange, Refused};
+pub use key_row::State;
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    use super::claims::ClaimRequest;
+    use super::consumes::ConsumeRequest;
+    use super::fenced::{Effect, FencedChange};
+    use super::key_row::{Attempt, KeyRow, State};
+    use super::row_write::{Column, RowWrite};
+    use crate::hashing;
+
+    const NOW: i64 = 800_000_000_000_000;
+    const SECOND: i64 = 1_000_000;
+
+    fn request() -> ClaimRequest<'static> {
+        ClaimRequest {
+            tenant: "t",
+            key: "k",
+            request_hash: hashing::stored_request_hash("h"),
+            lease_us: 30 * SECOND,
+            ttl_us: 3600 * SECOND,
+            reject_stale_uuidv7: false,
+        }
+    }
+
+    fn in_progress() -> KeyRow<'static> {
+        KeyRow {
+            fence: 7,
+            state: State::InProgress,
+            request_hash: hashing::stored_request_hash("h"),
+            attempt: 1,
+            response_code: None,
+            response_body: None,
+            lease_expires_at: Some(NOW + 30 * SECOND),
+            expires_at: NOW + 3600 * SECOND,
+            ttl_us: 3600 * SECOND,
+        }
+    }
+
+    fn sets(write: &RowWrite<'_>) -> Vec<Column> {
+        write.assignments().map(|(column, _)| column).collect()
+    }
+
+    /// A new row is written whole (the engine refuses anything less), by a first claim and by a
+    /// consume alike.
+    #[pg_test]
+    fn first_claims_and_consumes_write_every_column() {
+        assert!(request().write(NOW, 1, Attempt::FIRST).is_whole_row());
+        let consume = ConsumeRequest {
+            tenant: "t",
+            key: "k",
+            ttl_us: SECOND,
+        };
+        assert!(consume.write(NOW, 0, Attempt::FIRST).is_whole_row());
+    }
+
+    /// A takeover hands the last checkpoint on; every other claim starts without one.
+    #[pg_test]
+    fn only_a_takeover_keeps_the_checkpoint() {
+        let takeover = Attempt::after(&in_progress());
+        assert_eq!(
+            takeover,
+            Attempt {
+                number: 2,
+                takeover: true
+            }
+        );
+        let kept = sets(&request().write(NOW, 8, takeover));
+        assert!(!kept.contains(&Column::CheckpointPhase));
+        assert!(!kept.contains(&Column::CheckpointData));
+        let fresh = sets(&request().write(NOW, 8, Attempt::FIRST));
+        assert!(fresh.contains(&Column::CheckpointPhase));
+        assert!(fresh.contains(&Column::CheckpointData));
+    }
+
+    /// What each fenced operation changes, and the times it answers: a finish clears the lease
+    /// and the checkpoint and keeps the key for its ttl from now; a heartbeat and a checkpoint
+    /// never shorten the key's life; a release deletes, a fence guard only locks.
+    #[pg_test]
+    fn fenced_operations_change_exactly_their_columns() {
+        let row = in_progress();
+        let later = NOW + 10 * SECOND;
+        let finish = FencedChange::Finish {
+            state: State::Completed,
+            response_code: Some(200),
+            response_body: None,
+            now: later,
+        };
+        let (effect, times) = finish.effect(&row);
+        let Effect::Update(write) = effect else {
+            panic!("a finish updates")
+        };
+        assert_eq!(
+            sets(&write),
+            [
+                Column::State,
+                Column::LeaseExpiresAt,
+                Column::ExpiresAt,
+                Column::ResponseCode,
+                Column::ResponseBody,
+                Column::CheckpointPhase,
+                Column::CheckpointData
+            ]
+        );
+        assert_eq!(times.expires_at, later + row.ttl_us);
+        assert_eq!(times.lease_expires_at, None);
+
+        let lease = later + 3600 * 24 * SECOND;
+        let heartbeat = FencedChange::Heartbeat {
+            lease_expires_at: lease,
+            now: later,
+        };
+        let (effect, times) = heartbeat.effect(&row);
+        let Effect::Update(write) = effect else {
+            panic!("a heartbeat updates")
+        };
+        assert_eq!(sets(&write), [Column::LeaseExpiresAt, Column::ExpiresAt]);
+        assert_eq!(
+            (times.expires_at, times.lease_expires_at),
+            (lease, Some(lease))
+        );
+
+        let checkpoint = FencedChange::Checkpoint {
+            phase: "charged",
+            data: None,
+            now: later,
+        };
+        let (effect, times) = checkpoint.effect(&row);
+        let Effect::Update(write) = effect else {
+            panic!("a checkpoint updates")
+        };
+        assert_eq!(
+            sets(&write),
+            [
+                Column::ExpiresAt,
+                Column::CheckpointPhase,
+                Column::CheckpointData
+            ]
+        );
+        assert_eq!(times.expires_at, later + row.ttl_us);
+        assert_eq!(times.lease_expires_at, row.lease_expires_at);
+
+        assert!(matches!(
+            FencedChange::Release.effect(&row).0,
+            Effect::Delete
+        ));
+        assert!(matches!(
+            FencedChange::AssertFence.effect(&row).0,
+            Effect::Lock
+        ));
+    }
+
+    /// Only the attempt in progress that was handed this very fence passes.
+    #[pg_test]
+    fn a_fence_holds_only_its_own_attempt_in_progress() {
+        let target = super::Fenced {
+            function: "idem_complete",
+            tenant: "t",
+            key: "k",
+            fence: 7,
+        };
+        let mut row = in_progress();
+        assert!(target.check(Some(&row)).is_ok());
+        row.fence = 8;
+        assert!(target.check(Some(&row)).is_err_and(|r| r.stale_fence));
+        row.fence = 7;
+        row.state = State::Completed;
+        assert!(target.check(Some(&row)).is_err_and(|r| r.stale_fence));
+        assert!(target.check(None).is_err_and(|r| !r.stale_fence));
+    }
+}
