@@ -5,7 +5,7 @@
 //! every call with 55000, and never crashes the server.
 //!
 //! Which path a call took is read from the DEBUG1 message pg_idem logs when it decides
-//! ("idem.keys is written through the executor: ...").
+//! ("idem.keys takes the SPI path (through the executor): ...").
 
 use std::sync::{Arc, Mutex};
 
@@ -29,7 +29,7 @@ fn executor_path(notices: &Arc<Mutex<Vec<String>>>) -> Option<String> {
         .lock()
         .unwrap()
         .iter()
-        .find(|m| m.contains("idem.keys is written through the executor"))
+        .find(|m| m.contains("idem.keys takes the SPI path (through the executor)"))
         .cloned()
 }
 

@@ -11,6 +11,7 @@ use pgrx::pg_sys;
 use pgrx::{FromDatum, IntoDatum};
 
 use crate::errors;
+use crate::pg::caches::{self, Depends};
 
 /// A jsonb value that is never parsed into Rust: what a caller stores is replayed byte for byte
 /// (pgrx's `JsonB` goes through serde_json, which would round numbers). It points into a memory
@@ -140,39 +141,30 @@ pgrx::impl_sql_translatable!(Record, "record");
 pub type Column = Option<pg_sys::Datum>;
 
 thread_local! {
-    /// Blessed result descriptors by function OID: fn_extra only lives as long as one execution
-    /// of the calling statement, and building the descriptor from the catalogs on every call
-    /// costs more than the rest of a replay. Emptied whenever a pg_proc entry changes (see
-    /// `forget_descriptors`), so a function whose OUT columns change (an ALTER EXTENSION UPDATE
-    /// that drops and recreates it, possibly under a reused OID) is never served a stale one by
-    /// a pooled backend.
-    static RESULT_DESCRIPTORS: std::cell::RefCell<std::collections::HashMap<pg_sys::Oid, usize>> =
-        std::cell::RefCell::new(std::collections::HashMap::new());
-    static PROC_CALLBACK_REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn forget_descriptors(_arg: pg_sys::Datum, _cache: i32, _hash: u32) {
-    // Only the map is cleared. The descriptors stay allocated (a few hundred bytes each, in
-    // TopMemoryContext): a record datum formed with one may still be in flight in this backend.
-    RESULT_DESCRIPTORS.with(|m| m.borrow_mut().clear());
+    /// Blessed result descriptors by function OID, and the generation of `Depends::Functions`
+    /// they were built at: fn_extra only lives as long as one execution of the calling
+    /// statement, and building the descriptor from the catalogs on every call costs more than
+    /// the rest of a replay. Any pg_proc change empties it, so a function whose OUT columns
+    /// change (an ALTER EXTENSION UPDATE that drops and recreates it, possibly under a reused
+    /// OID) is never served a stale one by a pooled backend. Emptying forgets the map only: the
+    /// descriptors stay allocated (a few hundred bytes each, in TopMemoryContext), as a record
+    /// datum formed with one may still be in flight in this backend.
+    static RESULT_DESCRIPTORS: std::cell::RefCell<(u64, std::collections::HashMap<pg_sys::Oid, usize>)> =
+        std::cell::RefCell::new((0, std::collections::HashMap::new()));
 }
 
 fn result_descriptor(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::TupleDesc {
-    if !PROC_CALLBACK_REGISTERED.with(std::cell::Cell::get) {
-        // SAFETY: registered once per backend (the flag); the callback only clears Rust state.
-        unsafe {
-            pg_sys::CacheRegisterSyscacheCallback(
-                pg_sys::SysCacheIdentifier::PROCOID as i32,
-                Some(forget_descriptors),
-                pg_sys::Datum::from(0),
-            )
-        };
-        PROC_CALLBACK_REGISTERED.with(|r| r.set(true));
-    }
+    let generation = caches::generation(Depends::Functions);
     // SAFETY: fcinfo is the live call frame of the SQL function being executed, so flinfo is set.
     let fn_oid = unsafe { (*(*fcinfo).flinfo).fn_oid };
-    if let Some(cached) = RESULT_DESCRIPTORS.with(|m| m.borrow().get(&fn_oid).copied()) {
+    let cached = RESULT_DESCRIPTORS.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.0 != generation {
+            *m = (generation, std::collections::HashMap::new());
+        }
+        m.1.get(&fn_oid).copied()
+    });
+    if let Some(cached) = cached {
         return cached as pg_sys::TupleDesc;
     }
     let mut declared: pg_sys::TupleDesc = std::ptr::null_mut();
@@ -194,7 +186,10 @@ fn result_descriptor(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::TupleDesc {
         pg_sys::MemoryContextSwitchTo(old);
         blessed
     };
-    RESULT_DESCRIPTORS.with(|m| m.borrow_mut().insert(fn_oid, blessed as usize));
+    // kept only if no pg_proc change arrived while it was built from the catalogs
+    if caches::generation(Depends::Functions) == generation {
+        RESULT_DESCRIPTORS.with(|m| m.borrow_mut().1.insert(fn_oid, blessed as usize));
+    }
     blessed
 }
 

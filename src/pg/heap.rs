@@ -23,6 +23,7 @@ use pgrx::pg_sys;
 use pgrx::{FromDatum, IntoDatum, PgTupleDesc};
 
 use crate::errors;
+use crate::pg::caches::{self, Depends};
 use crate::pg::pg_version;
 
 /// A table opened with RowExclusiveLock for reads and writes without the executor. Its indexes
@@ -55,7 +56,7 @@ pub struct Layout {
     relid: pg_sys::Oid,
     indexes: Vec<(pg_sys::Oid, *mut pg_sys::IndexInfo)>,
     memory: pg_sys::MemoryContext,
-    /// `INVALIDATIONS` when the look-up began
+    /// `caches::generation(Depends::Relations)` when the look-up began
     generation: u64,
 }
 
@@ -67,47 +68,14 @@ impl Drop for Layout {
     }
 }
 
-thread_local! {
-    /// Relation invalidations of tables with a layout, or of their indexes, seen by this backend.
-    static INVALIDATIONS: Cell<u64> = const { Cell::new(0) };
-    /// The relations whose invalidation makes layouts stale: every table a layout was loaded
-    /// for, and their indexes (a pg_index change, such as an index becoming ready for inserts,
-    /// invalidates the index, not always the table).
-    static WATCHED: RefCell<Vec<pg_sys::Oid>> = const { RefCell::new(Vec::new()) };
-    static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Counts an invalidation of a watched relation (or of every relation: InvalidOid).
-///
-/// SAFETY: called by PostgreSQL's invalidation machinery with a relation OID; it only touches
-/// this backend's thread-locals, and neither raises errors nor reads the catalogs.
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
-    let watched = relid == pg_sys::InvalidOid || WATCHED.with(|w| w.borrow().contains(&relid));
-    if watched {
-        INVALIDATIONS.with(|n| n.set(n.get() + 1));
-    }
-}
-
+/// Layouts are stale once their table or one of its indexes is invalidated (a pg_index change,
+/// such as an index becoming ready for inserts, invalidates the index, not always the table).
 fn watch(relids: impl IntoIterator<Item = pg_sys::Oid>) {
-    if !CALLBACK_REGISTERED.with(Cell::get) {
-        // SAFETY: registers, once per backend, a callback that only counts invalidations.
-        unsafe {
-            pg_sys::CacheRegisterRelcacheCallback(
-                Some(on_relcache_invalidation),
-                pg_sys::Datum::from(0),
-            )
-        };
-        CALLBACK_REGISTERED.with(|c| c.set(true));
-    }
-    WATCHED.with(|w| {
-        let mut w = w.borrow_mut();
-        for relid in relids {
-            if !w.contains(&relid) {
-                w.push(relid);
-            }
-        }
-    });
+    caches::watch(Depends::Relations, relids);
+}
+
+fn generation() -> u64 {
+    caches::generation(Depends::Relations)
 }
 
 /// Why a layout found before could not open its table.
@@ -125,7 +93,7 @@ impl Layout {
     /// it no longer exists.
     pub fn load(relid: pg_sys::Oid) -> Result<(Rc<Layout>, Table), &'static str> {
         watch([relid]);
-        let generation = INVALIDATIONS.with(Cell::get);
+        let generation = generation();
         // SAFETY: try_table_open returns NULL for a relation dropped since its OID was looked
         // up; taking the lock processes the invalidations others committed, so what is read
         // below is the table as it is now.
@@ -300,7 +268,7 @@ impl Table {
             layout: layout.clone(),
             written: Cell::new(None),
         };
-        if INVALIDATIONS.with(Cell::get) != layout.generation {
+        if generation() != layout.generation {
             return Err(Open::Stale);
         }
         Ok(table)

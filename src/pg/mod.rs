@@ -3,6 +3,7 @@
 //! (`guc`), the clock (`time`), Citus (`cluster`), whether shared memory exists (`preload`),
 //! and the calls that differ between PostgreSQL versions (`pg_version`).
 
+pub mod caches;
 pub mod cluster;
 pub mod datum;
 pub mod guc;

@@ -64,11 +64,8 @@ pub enum FencedChange<'a> {
         response_body: Option<Jsonb<'a>>,
         now: Micros,
     },
-    /// Extends the lease.
-    Heartbeat {
-        lease_expires_at: Micros,
-        now: Micros,
-    },
+    /// Extends the lease to `lease_us` from now.
+    Heartbeat { lease_us: i64, now: Micros },
     /// Records the attempt's progress.
     Checkpoint {
         phase: &'a str,
@@ -135,10 +132,8 @@ impl<'a> FencedChange<'a> {
                     },
                 )
             }
-            FencedChange::Heartbeat {
-                lease_expires_at,
-                now,
-            } => {
+            FencedChange::Heartbeat { lease_us, now } => {
+                let lease_expires_at = after(now, lease_us);
                 let expires_at = row
                     .expires_at
                     .max(lease_expires_at)

@@ -134,7 +134,7 @@ mod tests {
 
         let lease = later + 3600 * 24 * SECOND;
         let heartbeat = FencedChange::Heartbeat {
-            lease_expires_at: lease,
+            lease_us: 3600 * 24 * SECOND,
             now: later,
         };
         let (effect, times) = heartbeat.effect(&row);

@@ -9,39 +9,17 @@ use crate::hashing;
 use crate::hashing::canonical_json;
 use crate::hashing::jsonb_walk;
 use crate::pg::cluster;
-use crate::pg::datum::{self, Jsonb, Record};
+use crate::pg::datum::{Jsonb, Record};
 use crate::pg::guc;
-use crate::pg::time::{clock, timestamptz, Micros};
-use crate::rules::{ClaimOutcome, ClaimRequest, Fenced, FencedChange, Refused, State};
+use crate::pg::time::{clock, timestamptz};
+use crate::rules::{FencedChange, State};
 use crate::sql_api::args::{self, check};
+use crate::sql_api::calls::{
+    claim_request, count_outcome, fenced_target, lease_and_ttl, under_fence, ClaimRow,
+};
 use crate::sql_api::tenants;
-use crate::stats::{self, Event};
+use crate::stats;
 use crate::store;
-
-pub fn record_outcome(tenant: &str, outcome: &ClaimOutcome<'_>) {
-    let event = match outcome {
-        ClaimOutcome::Claimed { takeover, .. } => {
-            if *takeover {
-                stats::record(tenant, Event::Takeover);
-            }
-            Event::Claimed
-        }
-        ClaimOutcome::Replay(row) if row.state == State::Failed => Event::ReplayFailed,
-        ClaimOutcome::Replay(_) => Event::ReplayCompleted,
-        ClaimOutcome::InProgress(_) => Event::InProgress,
-        ClaimOutcome::Mismatch => Event::Mismatch,
-        ClaimOutcome::StaleKey => Event::StaleKey,
-    };
-    stats::record(tenant, event);
-}
-
-/// lease and ttl of a claim, from the arguments or the settings.
-pub fn lease_and_ttl(lease: Option<Interval>, ttl: Option<Interval>) -> (i64, i64) {
-    (
-        check(args::duration(lease, "lease", guc::lease_timeout_us())),
-        check(args::duration(ttl, "ttl", guc::ttl_us())),
-    )
-}
 
 #[pg_extern(sql = false)]
 fn idem_claim(
@@ -55,63 +33,11 @@ fn idem_claim(
     let (tenant, key) = check(args::tenant_and_key(tenant, key, "key"));
     let request_hash = check(args::request_hash(request_hash));
     tenants::check_access(tenant);
-    let (lease_us, ttl_us) = lease_and_ttl(lease, ttl);
-    let request = ClaimRequest {
-        tenant,
-        key,
-        request_hash: hashing::stored_request_hash(request_hash),
-        lease_us,
-        ttl_us,
-        reject_stale_uuidv7: guc::reject_stale_uuidv7(),
-    };
-    let now = clock();
-    let outcome = store::claim(&request, now);
-    record_outcome(tenant, &outcome);
+    let request = claim_request(tenant, key, request_hash, lease_and_ttl(lease, ttl));
+    let outcome = store::claim(&request, clock());
+    count_outcome(tenant, &outcome);
     // built after SPI is gone: the row must live in the caller's memory context
-    let (_, outcome, fence, attempt, code, body, lease_expires_at, expires_at, phase, data) =
-        claim_row(key, outcome);
-    datum::record(
-        fcinfo,
-        &[
-            outcome.as_str().into_datum(),
-            fence.into_datum(),
-            attempt.into_datum(),
-            code.into_datum(),
-            body.into_datum(),
-            lease_expires_at.into_datum(),
-            expires_at.into_datum(),
-            phase.into_datum(),
-            data.into_datum(),
-        ],
-    )
-}
-
-/// The target of a fenced operation, checked.
-pub fn fenced<'a>(
-    function: &'static str,
-    tenant: Option<&'a str>,
-    key: Option<&'a str>,
-    fence: Option<i64>,
-) -> Fenced<'a> {
-    let (tenant, key) = check(args::tenant_and_key(tenant, key, "key"));
-    let fence = check(args::fence(fence));
-    tenants::check_access(tenant);
-    Fenced {
-        function,
-        tenant,
-        key,
-        fence,
-    }
-}
-
-/// The result of a fenced operation, or its refusal raised (a stale fence counted first).
-pub fn unless_refused<T>(target: &Fenced<'_>, result: Result<T, Refused>) -> T {
-    result.unwrap_or_else(|refused| {
-        if refused.stale_fence {
-            stats::record(target.tenant, Event::StaleFence);
-        }
-        refused.error.raise()
-    })
+    ClaimRow::of(outcome).into_record(fcinfo)
 }
 
 fn finish(
@@ -123,7 +49,7 @@ fn finish(
     response_code: Option<i32>,
     response_body: Option<Jsonb>,
 ) -> TimestampWithTimeZone {
-    let target = fenced(function, tenant, key, fence);
+    let target = fenced_target(function, tenant, key, fence);
     let body = check(args::payload(response_body, "response_body"));
     let now = clock();
     let change = FencedChange::Finish {
@@ -132,8 +58,7 @@ fn finish(
         response_body: body,
         now,
     };
-    let expires_at = unless_refused(&target, store::fenced(&target, &change)).expires_at;
-    timestamptz(expires_at)
+    timestamptz(under_fence(&target, &change).expires_at)
 }
 
 #[pg_extern(sql = false)]
@@ -176,8 +101,8 @@ fn idem_fail_final(
 
 #[pg_extern(sql = false)]
 fn idem_release(tenant: Option<&str>, key: Option<&str>, fence: Option<i64>) {
-    let target = fenced("idem_release", tenant, key, fence);
-    unless_refused(&target, store::fenced(&target, &FencedChange::Release));
+    let target = fenced_target("idem_release", tenant, key, fence);
+    under_fence(&target, &FencedChange::Release);
 }
 
 #[pg_extern(sql = false)]
@@ -187,16 +112,18 @@ fn idem_heartbeat(
     fence: Option<i64>,
     lease: Option<Interval>,
 ) -> TimestampWithTimeZone {
-    let target = fenced("idem_heartbeat", tenant, key, fence);
+    let target = fenced_target("idem_heartbeat", tenant, key, fence);
     let lease_us = check(args::duration(lease, "lease", guc::lease_timeout_us()));
-    let now = clock();
-    let lease_expires_at = now.saturating_add(lease_us);
     let change = FencedChange::Heartbeat {
-        lease_expires_at,
-        now,
+        lease_us,
+        now: clock(),
     };
-    unless_refused(&target, store::fenced(&target, &change));
-    timestamptz(lease_expires_at)
+    let times = under_fence(&target, &change);
+    timestamptz(
+        times
+            .lease_expires_at
+            .unwrap_or_else(|| crate::errors::internal("a heartbeat", "no lease after it").raise()),
+    )
 }
 
 #[pg_extern(sql = false)]
@@ -290,98 +217,6 @@ fn idem_request_hash_request(
 #[pg_extern(sql = false)]
 fn idem_new_key() -> pgrx::Uuid {
     pgrx::Uuid::from_bytes(*hashing::new_uuid_v7().as_bytes())
-}
-
-pub type ClaimRow<'m> = (
-    String,
-    String,
-    Option<i64>,
-    Option<i32>,
-    Option<i32>,
-    Option<Jsonb<'m>>,
-    Option<TimestampWithTimeZone>,
-    Option<TimestampWithTimeZone>,
-    Option<String>,
-    Option<Jsonb<'m>>,
-);
-
-/// The columns of an idem_claim row; what an outcome does not set stays NULL.
-#[derive(Default)]
-struct ClaimColumns<'m> {
-    fence: Option<i64>,
-    attempt: Option<i32>,
-    response_code: Option<i32>,
-    response_body: Option<Jsonb<'m>>,
-    lease_expires_at: Option<Micros>,
-    expires_at: Option<Micros>,
-    checkpoint_phase: Option<String>,
-    checkpoint_data: Option<Jsonb<'m>>,
-}
-
-/// One row of idem_claim_many (the key, then the columns of idem_claim); idem_claim uses the
-/// columns.
-pub fn claim_row<'m>(key: &str, outcome: ClaimOutcome<'m>) -> ClaimRow<'m> {
-    let (name, c) = match outcome {
-        ClaimOutcome::Claimed {
-            fence,
-            attempt,
-            lease_expires_at,
-            expires_at,
-            checkpoint_phase,
-            checkpoint_data,
-            ..
-        } => (
-            "claimed",
-            ClaimColumns {
-                fence: Some(fence),
-                attempt: Some(attempt),
-                lease_expires_at: Some(lease_expires_at),
-                expires_at: Some(expires_at),
-                checkpoint_phase,
-                checkpoint_data,
-                ..Default::default()
-            },
-        ),
-        ClaimOutcome::Replay(row) => (
-            if row.state == State::Failed {
-                "failed"
-            } else {
-                "completed"
-            },
-            ClaimColumns {
-                attempt: Some(row.attempt),
-                response_code: row.response_code,
-                response_body: row.response_body,
-                expires_at: Some(row.expires_at),
-                ..Default::default()
-            },
-        ),
-        // never the holder's fence: it would let this caller act in the holder's name
-        ClaimOutcome::InProgress(row) => (
-            "in_progress",
-            row.map(|r| ClaimColumns {
-                attempt: Some(r.attempt),
-                lease_expires_at: r.lease_expires_at,
-                expires_at: Some(r.expires_at),
-                ..Default::default()
-            })
-            .unwrap_or_default(),
-        ),
-        ClaimOutcome::Mismatch => ("mismatch", ClaimColumns::default()),
-        ClaimOutcome::StaleKey => ("stale_key", ClaimColumns::default()),
-    };
-    (
-        key.to_string(),
-        name.to_string(),
-        c.fence,
-        c.attempt,
-        c.response_code,
-        c.response_body,
-        c.lease_expires_at.map(timestamptz),
-        c.expires_at.map(timestamptz),
-        c.checkpoint_phase,
-        c.checkpoint_data,
-    )
 }
 
 /// In-server tests: each runs inside one transaction that is rolled back afterwards; what needs

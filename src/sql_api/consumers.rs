@@ -17,8 +17,8 @@ use crate::pg::datum::Jsonb;
 use crate::pg::guc;
 use crate::pg::time::{clock, timestamptz};
 use crate::rules::{ConsumeRequest, Consumed, Fenced, FencedChange, State};
-use crate::sql_api::api::{fenced, unless_refused};
 use crate::sql_api::args::{self, check};
+use crate::sql_api::calls::{fenced_target, unless_refused};
 use crate::sql_api::tenants;
 use crate::stats::{self, Event};
 use crate::store;
@@ -198,7 +198,7 @@ fn idem_complete_many<'a>(
         .map(|(i, (key, fence))| {
             let argument = format!("keys[{}]", i + 1);
             check(args::tenant_and_key(Some(tenant), Some(key), &argument));
-            fenced("idem_complete_many", Some(tenant), Some(key), Some(*fence))
+            fenced_target("idem_complete_many", Some(tenant), Some(key), Some(*fence))
         })
         .collect();
     let now = clock();

@@ -7,11 +7,12 @@ use pgrx::prelude::*;
 use crate::errors;
 use crate::hashing;
 use crate::pg::datum::Jsonb;
-use crate::pg::guc;
 use crate::pg::time::clock;
 use crate::rules::{ClaimOutcome, ClaimRequest, FencedChange};
-use crate::sql_api::api::{claim_row, fenced, lease_and_ttl, record_outcome, unless_refused};
 use crate::sql_api::args::{self, check};
+use crate::sql_api::calls::{
+    claim_request, count_outcome, fenced_target, lease_and_ttl, under_fence, ClaimRow,
+};
 use crate::sql_api::tenants;
 use crate::store;
 
@@ -104,17 +105,7 @@ fn idem_claim_many<'a>(
             let hash = check(args::request_hash(Some(hash)));
             (key, hash)
         })
-        .map(|(key, hash)| {
-            let (lease_us, ttl_us) = lease_and_ttl(lease, ttl);
-            ClaimRequest {
-                tenant,
-                key,
-                request_hash: hashing::stored_request_hash(hash),
-                lease_us,
-                ttl_us,
-                reject_stale_uuidv7: guc::reject_stale_uuidv7(),
-            }
-        })
+        .map(|(key, hash)| claim_request(tenant, key, hash, lease_and_ttl(lease, ttl)))
         .collect();
     let now = clock();
     // in input order, so that a key repeated in the batch meets its own earlier claim
@@ -124,8 +115,8 @@ fn idem_claim_many<'a>(
         .iter()
         .zip(outcomes)
         .map(|(request, outcome)| {
-            record_outcome(tenant, &outcome);
-            claim_row(request.key, outcome)
+            count_outcome(tenant, &outcome);
+            ClaimRow::of(outcome).with_key(request.key)
         })
         .collect();
     TableIterator::new(rows)
@@ -139,7 +130,7 @@ fn idem_checkpoint(
     phase: Option<&str>,
     data: Option<Jsonb>,
 ) {
-    let target = fenced("idem_checkpoint", tenant, key, fence);
+    let target = fenced_target("idem_checkpoint", tenant, key, fence);
     let phase = check(args::label(
         phase,
         "phase",
@@ -148,13 +139,13 @@ fn idem_checkpoint(
     let data = check(args::payload(data, "data"));
     let now = clock();
     let change = FencedChange::Checkpoint { phase, data, now };
-    unless_refused(&target, store::fenced(&target, &change));
+    under_fence(&target, &change);
 }
 
 #[pg_extern(sql = false)]
 fn idem_assert_fence(tenant: Option<&str>, key: Option<&str>, fence: Option<i64>) {
-    let target = fenced("idem_assert_fence", tenant, key, fence);
-    unless_refused(&target, store::fenced(&target, &FencedChange::AssertFence));
+    let target = fenced_target("idem_assert_fence", tenant, key, fence);
+    under_fence(&target, &FencedChange::AssertFence);
 }
 
 #[pg_extern(sql = false)]

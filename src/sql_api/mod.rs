@@ -1,6 +1,7 @@
 //! The SQL functions, one module per `sql/*.sql` file that declares them: each checks its
 //! arguments (`args`), the caller's access to the tenant (`tenants`), builds one request for the
-//! key store and shapes one result (`request`).
+//! key store and shapes one result (`calls`, shared by every function that claims or acts
+//! under a fence).
 //!
 //! - `api`: sql/api.sql (claim, complete, fail, release, heartbeat, forget, purge, hashes)
 //! - `extras`: sql/extras.sql (batch claims, checkpoints, fence guard, downstream keys)
@@ -10,6 +11,7 @@
 
 pub mod api;
 pub mod args;
+pub mod calls;
 pub mod consumers;
 pub mod extras;
 pub mod streams;

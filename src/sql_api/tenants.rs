@@ -11,6 +11,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::errors;
+use crate::pg::caches::{self, Depends};
 use crate::pg::guc;
 use crate::pg::heap;
 use crate::pg::sql;
@@ -43,17 +44,12 @@ pub fn check_access(tenant: &str) {
     let granted = if crate::pg::cluster::citus_installed() {
         sql::with_client(|c| c.query_one_i64(GRANTED, &[tenant.into(), role.into()])).is_some()
     } else {
-        // the callbacks must be listening, and know the table, before the generation is read
-        register_callbacks();
+        // the table must be watched before the stamp is read
         grants_relation();
         cached(role, tenant).unwrap_or_else(|| {
-            let generation = GENERATION.with(Cell::get);
+            let before = stamp();
             let granted = granted_now(role, tenant);
-            // an invalidation that arrived during the look-up may concern what it read: the
-            // answer is used once, not kept
-            if GENERATION.with(Cell::get) == generation {
-                remember(role, tenant, granted);
-            }
+            remember(before, role, tenant, granted);
             granted
         })
     };
@@ -141,15 +137,19 @@ fn granted_now(role: pg_sys::Oid, tenant: &str) -> bool {
 /// emptied rather than grown without bound by a caller that cycles through tenant names.
 const CACHE_LIMIT: usize = 10_000;
 
+/// What the answers depend on (`caches`): it moves with every grant or revoke committed and
+/// every change of a role or a membership.
+fn stamp() -> u64 {
+    caches::generation(Depends::TenantGrants) + caches::generation(Depends::Roles)
+}
+
 thread_local! {
-    static ANSWERS: RefCell<HashMap<(u32, String), bool>> = RefCell::new(HashMap::new());
-    static CALLBACKS_REGISTERED: Cell<bool> = const { Cell::new(false) };
-    /// idem.tenant_grants and its primary key (InvalidOid until looked up)
-    static GRANTS_RELATION: Cell<(pg_sys::Oid, pg_sys::Oid)> =
-        const { Cell::new((pg_sys::InvalidOid, pg_sys::InvalidOid)) };
-    /// Invalidations seen that empty the cache: an answer is kept only if none arrived while
-    /// it was being looked up.
-    static GENERATION: Cell<u64> = const { Cell::new(0) };
+    /// The answers by (role, tenant), and the stamp they were looked up at.
+    static ANSWERS: RefCell<(u64, HashMap<(u32, String), bool>)> = RefCell::new((0, HashMap::new()));
+    /// idem.tenant_grants and its primary key (InvalidOid until looked up), and the generation
+    /// of `Depends::TenantGrants` they were found at.
+    static GRANTS_RELATION: Cell<(u64, pg_sys::Oid, pg_sys::Oid)> =
+        const { Cell::new((0, pg_sys::InvalidOid, pg_sys::InvalidOid)) };
 }
 
 fn cached(role: pg_sys::Oid, tenant: &str) -> Option<bool> {
@@ -157,87 +157,65 @@ fn cached(role: pg_sys::Oid, tenant: &str) -> Option<bool> {
     // the statement itself at READ COMMITTED
     // SAFETY: processes this backend's pending invalidation messages (cheap when there are none).
     unsafe { pg_sys::AcceptInvalidationMessages() };
-    ANSWERS.with(|a| a.borrow().get(&(role.to_u32(), tenant.to_owned())).copied())
-}
-
-fn remember(role: pg_sys::Oid, tenant: &str, granted: bool) {
+    let now = stamp();
     ANSWERS.with(|a| {
         let mut answers = a.borrow_mut();
-        if answers.len() >= CACHE_LIMIT {
-            answers.clear();
+        if answers.0 != now {
+            *answers = (now, HashMap::new());
         }
-        answers.insert((role.to_u32(), tenant.to_owned()), granted);
+        answers.1.get(&(role.to_u32(), tenant.to_owned())).copied()
+    })
+}
+
+/// Keeps an answer looked up from `before` on, unless an invalidation arrived meanwhile: it may
+/// concern what the look-up read, so the answer is used once, not kept.
+fn remember(before: u64, role: pg_sys::Oid, tenant: &str, granted: bool) {
+    if stamp() != before {
+        return;
+    }
+    ANSWERS.with(|a| {
+        let mut answers = a.borrow_mut();
+        if answers.0 != before {
+            *answers = (before, HashMap::new());
+        }
+        if answers.1.len() >= CACHE_LIMIT {
+            answers.1.clear();
+        }
+        answers
+            .1
+            .insert((role.to_u32(), tenant.to_owned()), granted);
     });
 }
 
-fn forget_answers() {
-    GENERATION.with(|g| g.set(g.get() + 1));
-    ANSWERS.with(|a| a.borrow_mut().clear());
-}
-
-/// The OIDs of idem.tenant_grants and of its primary key (they do not change while the
-/// extension exists; DROP EXTENSION and REINDEX send a relcache invalidation of the table,
-/// which clears this too).
+/// The OIDs of idem.tenant_grants and of its primary key, found again after any invalidation
+/// of either (DROP EXTENSION, REINDEX), and watched from then on.
 fn grants_relation() -> (pg_sys::Oid, pg_sys::Oid) {
-    let known = GRANTS_RELATION.with(Cell::get);
-    if known.0 != pg_sys::InvalidOid {
-        return known;
+    let generation = caches::generation(Depends::TenantGrants);
+    let (found_at, table, index) = GRANTS_RELATION.with(Cell::get);
+    if found_at == generation && table != pg_sys::InvalidOid {
+        return (table, index);
     }
     // SAFETY: catalog look-ups by name inside a transaction; a missing schema raises an error,
     // which cannot happen while a pg_idem function runs.
-    let found = unsafe {
+    let (table, index) = unsafe {
         let schema = pg_sys::get_namespace_oid(c"idem".as_ptr(), false);
         (
             pg_sys::get_relname_relid(c"tenant_grants".as_ptr(), schema),
             pg_sys::get_relname_relid(c"tenant_grants_pkey".as_ptr(), schema),
         )
     };
-    if found.0 == pg_sys::InvalidOid {
+    if table == pg_sys::InvalidOid {
         errors::internal("finding idem.tenant_grants", "the table is missing").raise();
     }
     // without its primary key (a DBA dropped it) the grants are read by a sequential scan
-    GRANTS_RELATION.with(|g| g.set(found));
-    found
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
-    let (grants, index) = GRANTS_RELATION.with(Cell::get);
-    // InvalidOid: the whole relcache is being reset
-    if relid == pg_sys::InvalidOid || relid == grants || relid == index {
-        forget_answers();
-        GRANTS_RELATION.with(|g| g.set((pg_sys::InvalidOid, pg_sys::InvalidOid)));
-    }
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn on_role_invalidation(_arg: pg_sys::Datum, _cache: i32, _hash: u32) {
-    forget_answers();
-}
-
-fn register_callbacks() {
-    if CALLBACKS_REGISTERED.with(Cell::get) {
-        return;
-    }
-    // SAFETY: registered once per backend (the flag above); the callbacks only clear Rust state
-    // of this backend and never raise errors or touch the catalogs.
-    unsafe {
-        pg_sys::CacheRegisterRelcacheCallback(
-            Some(on_relcache_invalidation),
-            pg_sys::Datum::from(0),
-        );
-        for cache in [
-            pg_sys::SysCacheIdentifier::AUTHMEMROLEMEM,
-            pg_sys::SysCacheIdentifier::AUTHOID,
-        ] {
-            pg_sys::CacheRegisterSyscacheCallback(
-                cache as i32,
-                Some(on_role_invalidation),
-                pg_sys::Datum::from(0),
-            );
-        }
-    }
-    CALLBACKS_REGISTERED.with(|r| r.set(true));
+    caches::watch(
+        Depends::TenantGrants,
+        [table, index]
+            .into_iter()
+            .filter(|oid| *oid != pg_sys::InvalidOid),
+    );
+    GRANTS_RELATION.with(|g| g.set((generation, table, index)));
+    (table, index)
 }
 
 /// Tells every backend (this one included) that the grants changed, when this transaction

@@ -28,7 +28,7 @@
 //!   it meanwhile, they read the key again and check the fence again (READ COMMITTED), or fail
 //!   with 40001 (REPEATABLE READ, SERIALIZABLE), as the executor's UPDATE would.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use pgrx::memcxt::PgMemoryContexts;
@@ -38,6 +38,7 @@ use pgrx::{FromDatum, IntoDatum};
 use super::definition::{self, Verdict};
 use super::{fences, prevent_if_read_only, snapshot_per_transaction, wait_for};
 use crate::errors;
+use crate::pg::caches::{self, Depends};
 use crate::pg::datum::Jsonb;
 use crate::pg::heap::{Found, Holder, Inserted, Layout, PrimaryKey, Snap, Table, Write, Written};
 use crate::pg::time::{interval, interval_micros, Micros};
@@ -90,7 +91,7 @@ enum Choice {
     Undecided,
     /// The SPI path (`store::spi`); `on_standby`: decided during recovery, so decided again
     /// once this server is promoted.
-    Executor {
+    Spi {
         on_standby: bool,
     },
     Engine(Rc<Catalog>),
@@ -99,20 +100,9 @@ enum Choice {
 }
 
 thread_local! {
-    static CHOICE: RefCell<Choice> = const { RefCell::new(Choice::Undecided) };
-    static KEYS_RELID: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
-    static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Forgets the decision when idem.keys (or every relation) is invalidated.
-///
-/// SAFETY: called by PostgreSQL's invalidation machinery with a relation OID; it only touches
-/// this backend's thread-locals.
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
-    if relid == pg_sys::InvalidOid || relid == KEYS_RELID.with(Cell::get) {
-        CHOICE.with(|c| *c.borrow_mut() = Choice::Undecided);
-    }
+    /// The decision, and the generation of `Depends::Relations` it was made at: idem.keys or one
+    /// of its indexes changed since, or the relcache was reset, and it is made again.
+    static CHOICE: RefCell<(u64, Choice)> = const { RefCell::new((0, Choice::Undecided)) };
 }
 
 fn oid_by_name(namespace: pg_sys::Oid, name: &std::ffi::CStr) -> pg_sys::Oid {
@@ -129,24 +119,16 @@ pub struct Keys {
 /// Opens idem.keys for the engine path, or None when the executor path must run; raises 55000
 /// when one of pg_idem's own columns was changed.
 pub fn open() -> Option<Keys> {
-    if !CALLBACK_REGISTERED.with(Cell::get) {
-        // SAFETY: registers a callback that only resets this backend's cached decision.
-        unsafe {
-            pg_sys::CacheRegisterRelcacheCallback(
-                Some(on_relcache_invalidation),
-                pg_sys::Datum::from(0),
-            )
-        };
-        CALLBACK_REGISTERED.with(|c| c.set(true));
-    }
     // SAFETY: a plain read of shared state.
     let standby = unsafe { pg_sys::RecoveryInProgress() };
+    let generation = caches::generation(Depends::Relations);
     let cached = CHOICE.with(|c| match &*c.borrow() {
-        Choice::Undecided => None,
-        Choice::Executor { on_standby } if *on_standby && !standby => None,
-        Choice::Executor { .. } => Some(None),
-        Choice::Engine(catalog) => Some(Some(catalog.clone())),
-        Choice::Refused(difference) => errors::keys_table_changed(difference).raise(),
+        (decided, _) if *decided != generation => None,
+        (_, Choice::Undecided) => None,
+        (_, Choice::Spi { on_standby }) if *on_standby && !standby => None,
+        (_, Choice::Spi { .. }) => Some(None),
+        (_, Choice::Engine(catalog)) => Some(Some(catalog.clone())),
+        (_, Choice::Refused(difference)) => errors::keys_table_changed(difference).raise(),
     });
     match cached {
         Some(None) => None,
@@ -163,28 +145,30 @@ pub fn open() -> Option<Keys> {
 /// Why the engine does not write idem.keys, or that it does.
 enum Decision {
     Engine(Keys),
-    Executor(String),
+    Spi(String),
     Refused(String),
 }
 
 fn decide(standby: bool) -> Option<Keys> {
+    // read before the look-up: an invalidation that arrives during it leaves the decision stale
+    let generation = caches::generation(Depends::Relations);
     let (choice, keys) = match look_up(standby) {
         Decision::Engine(keys) => (Choice::Engine(keys.catalog.clone()), Some(keys)),
-        Decision::Executor(why) => {
-            pgrx::debug1!("pg_idem: idem.keys is written through the executor: {why}");
+        Decision::Spi(why) => {
+            pgrx::debug1!("pg_idem: idem.keys takes the SPI path (through the executor): {why}");
             (
-                Choice::Executor {
+                Choice::Spi {
                     on_standby: standby,
                 },
                 None,
             )
         }
         Decision::Refused(difference) => {
-            CHOICE.with(|c| *c.borrow_mut() = Choice::Refused(difference.clone()));
+            CHOICE.with(|c| *c.borrow_mut() = (generation, Choice::Refused(difference.clone())));
             errors::keys_table_changed(&difference).raise()
         }
     };
-    CHOICE.with(|c| *c.borrow_mut() = choice);
+    CHOICE.with(|c| *c.borrow_mut() = (generation, choice));
     keys
 }
 
@@ -194,39 +178,39 @@ fn look_up(standby: bool) -> Decision {
     let relid = oid_by_name(namespace, c"keys");
     let fence_seq = oid_by_name(namespace, c"fence_seq");
     if [relid, fence_seq].contains(&pg_sys::InvalidOid) {
-        return Decision::Executor("idem.keys or idem.fence_seq is missing".into());
+        return Decision::Spi("idem.keys or idem.fence_seq is missing".into());
     }
-    KEYS_RELID.with(|r| r.set(relid));
+    caches::watch(Depends::Relations, [relid]);
     // pg_idem's own columns first, whichever path writes: no datum of another type is ever
     // read or written as one of them
     let Some(columns) = crate::pg::heap::columns_of(relid) else {
-        return Decision::Executor("it was dropped".into());
+        return Decision::Spi("it was dropped".into());
     };
     match definition::compare(&columns) {
         Verdict::Changed(difference) => return Decision::Refused(difference),
         Verdict::Extended(_) if standby => {}
-        Verdict::Extended(why) => return Decision::Executor(why),
+        Verdict::Extended(why) => return Decision::Spi(why),
         Verdict::Exact => {}
     }
     if standby {
         // a hot standby: claims only read there, and table_open's RowExclusiveLock is refused
-        return Decision::Executor("this server is a hot standby".into());
+        return Decision::Spi("this server is a hot standby".into());
     }
     if crate::pg::cluster::citus_installed() {
-        return Decision::Executor(
+        return Decision::Spi(
             "Citus is installed, and must plan every statement on idem.keys".into(),
         );
     }
     let (layout, table) = match Layout::load(relid) {
         Ok(loaded) => loaded,
-        Err(why) => return Decision::Executor(why.into()),
+        Err(why) => return Decision::Spi(why.into()),
     };
     let columns = match Columns::resolve(&table) {
         Ok(columns) => columns,
-        Err(why) => return Decision::Executor(why.into()),
+        Err(why) => return Decision::Spi(why.into()),
     };
     let Some(primary_key) = layout.primary_key(&table, &[columns.tenant, columns.key]) else {
-        return Decision::Executor("it has no valid primary key on (tenant, key)".into());
+        return Decision::Spi("it has no valid primary key on (tenant, key)".into());
     };
     Decision::Engine(Keys {
         table,
@@ -721,5 +705,31 @@ pub fn forget(keys: &Keys, tenant: &str, key: &str, outer: pg_sys::MemoryContext
             Write::Changed => changed_under("idem_forget", tenant, key),
             Write::Busy(_) => errors::internal("forgetting a key", "did not wait").raise(),
         }
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    /// The decision is made again when idem.keys changes: a column of the DBA's sends every
+    /// call to the SPI path, and dropping it brings the engine back, in the same backend.
+    #[pg_test]
+    fn the_decision_follows_changes_of_idem_keys() {
+        assert!(
+            super::open().is_some(),
+            "a plain idem.keys takes the engine"
+        );
+        Spi::run("ALTER TABLE idem.keys ADD COLUMN audited_at timestamptz").unwrap();
+        assert!(
+            super::open().is_none(),
+            "a column of the DBA's takes the SPI path"
+        );
+        Spi::run("ALTER TABLE idem.keys DROP COLUMN audited_at").unwrap();
+        assert!(
+            super::open().is_some(),
+            "and the engine is back once it is dropped"
+        );
     }
 }
