@@ -26,8 +26,15 @@ pub fn one_i64(sql: &str) -> Option<i64> {
     Spi::get_one::<i64>(sql).expect(sql)
 }
 
-/// (outcome, fence, attempt) of a claim.
-pub fn claim3(tenant: &str, key: &str, hash: &str) -> (String, Option<i64>, Option<i32>) {
+/// What idem_claim answered, as the in-server tests look at it.
+pub struct Answer {
+    pub outcome: String,
+    pub fence: Option<i64>,
+    pub attempt: Option<i32>,
+}
+
+/// Claims `key` through idem_claim, as a caller would.
+pub fn claim(tenant: &str, key: &str, hash: &str) -> Answer {
     Spi::connect(|c| {
         let row = c
             .select(
@@ -36,11 +43,11 @@ pub fn claim3(tenant: &str, key: &str, hash: &str) -> (String, Option<i64>, Opti
                 &[tenant.into(), key.into(), hash.into()],
             )?
             .first();
-        Ok::<_, pgrx::spi::Error>((
-            row.get::<String>(1)?.unwrap_or_default(),
-            row.get::<i64>(2)?,
-            row.get::<i32>(3)?,
-        ))
+        Ok::<_, pgrx::spi::Error>(Answer {
+            outcome: row.get::<String>(1)?.unwrap_or_default(),
+            fence: row.get::<i64>(2)?,
+            attempt: row.get::<i32>(3)?,
+        })
     })
     .expect("idem_claim")
 }

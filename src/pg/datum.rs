@@ -40,6 +40,50 @@ impl Jsonb<'_> {
     }
 }
 
+/// The memory context of the SQL function being called, where values that must outlive SPI
+/// and the key store's look-ups (a jsonb copied out of a row) are allocated, and how long they
+/// live: `'m`, no longer than the call. Values copied into it carry `'m`, so safe code can keep
+/// them neither past the call nor in a static; only `current`, which is unsafe, chooses `'m`.
+#[derive(Clone, Copy)]
+pub struct CallMemory<'m> {
+    context: pg_sys::MemoryContext,
+    call: PhantomData<&'m ()>,
+}
+
+impl<'m> CallMemory<'m> {
+    /// The current memory context.
+    ///
+    /// # Safety
+    /// Call it in the SQL function's own memory context (before SPI or anything else switches
+    /// it), with `'m` no longer than the function's call: the lifetime of its arguments, or a
+    /// local borrow when nothing allocated there is returned.
+    pub unsafe fn current() -> Self {
+        CallMemory {
+            // SAFETY: a read of the backend's current memory context.
+            context: unsafe { pg_sys::CurrentMemoryContext },
+            call: PhantomData,
+        }
+    }
+
+    /// Copies (and detoasts) a jsonb datum into this memory.
+    ///
+    /// # Safety
+    /// `datum` must be a valid jsonb datum, readable until the copy is made.
+    pub unsafe fn copy_jsonb(self, datum: pg_sys::Datum) -> Jsonb<'m> {
+        // SAFETY: the caller passes a valid jsonb datum; from_datum_in_memory_context copies it
+        // into this context, which lives for 'm.
+        unsafe {
+            <Jsonb as FromDatum>::from_datum_in_memory_context(
+                PgMemoryContexts::For(self.context),
+                datum,
+                false,
+                pg_sys::JSONBOID,
+            )
+        }
+        .unwrap_or_else(|| errors::internal("copying a jsonb value", "NULL").raise())
+    }
+}
+
 impl FromDatum for Jsonb<'_> {
     unsafe fn from_polymorphic_datum(
         datum: pg_sys::Datum,

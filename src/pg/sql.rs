@@ -11,29 +11,24 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use pgrx::datum::DatumWithOid;
-use pgrx::memcxt::PgMemoryContexts;
 use pgrx::pg_sys::{self, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiTupleTable};
 use pgrx::{FromDatum, Spi};
 
 use crate::errors;
-use crate::pg::datum::Jsonb;
+use crate::pg::datum::{CallMemory, Jsonb};
 use crate::pg::owner;
 use crate::pg::time::Micros;
 
-/// An SPI connection, and the memory context of the SQL function that opened it.
+/// An SPI connection.
 pub struct Client<'a, 'c> {
     spi: &'a SpiClient<'c>,
-    /// where values that outlive SPI (jsonb copied out of a row) are allocated
-    pub outer: pg_sys::MemoryContext,
 }
 
 /// Runs `f` with an SPI connection, as the extension's owner. Values `f` returns that point into
-/// PostgreSQL memory (jsonb) live in the caller's memory context (`Client::outer`).
+/// PostgreSQL memory (jsonb) must be copied out of SPI first (`get_jsonb`).
 pub fn with_client<R>(f: impl FnOnce(&Client<'_, '_>) -> R) -> R {
-    // SAFETY: reads the current memory context: the SQL function's, before SPI switches it.
-    let outer = unsafe { pg_sys::CurrentMemoryContext };
-    owner::as_extension_owner(|| Spi::connect(|spi| f(&Client { spi, outer })))
+    owner::as_extension_owner(|| Spi::connect(|spi| f(&Client { spi })))
 }
 
 thread_local! {
@@ -113,24 +108,15 @@ pub fn get_bytes(table: &SpiTupleTable<'_>, ordinal: usize) -> Option<Vec<u8>> {
         .map(<[u8]>::to_vec)
 }
 
-/// A jsonb column copied into `outer`, the memory context of the SQL function being called, so
-/// that it outlives SPI and is freed with the function's result rather than with the portal;
-/// `'m` is that context's lifetime, as the caller's signature ties it.
+/// A jsonb column copied into `memory`, the memory context of the SQL function being called, so
+/// that it outlives SPI and is freed with the function's result rather than with the portal.
 pub fn get_jsonb<'m>(
     table: &SpiTupleTable<'_>,
     ordinal: usize,
-    outer: pg_sys::MemoryContext,
+    memory: CallMemory<'m>,
 ) -> Option<Jsonb<'m>> {
-    // SAFETY: callers pass the ordinal of a jsonb column; it is copied into `outer` before SPI
-    // frees the row.
-    raw(table, ordinal).and_then(|d| unsafe {
-        <Jsonb as FromDatum>::from_datum_in_memory_context(
-            PgMemoryContexts::For(outer),
-            d,
-            false,
-            pg_sys::JSONBOID,
-        )
-    })
+    // SAFETY: callers pass the ordinal of a jsonb column; it is copied before SPI frees the row.
+    raw(table, ordinal).map(|d| unsafe { memory.copy_jsonb(d) })
 }
 
 pub fn timestamptz_arg<'a>(micros: Micros) -> DatumWithOid<'a> {

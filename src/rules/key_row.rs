@@ -57,10 +57,33 @@ impl KeyRow<'_> {
         self.lease_expires_at.is_some_and(|lease| now <= lease)
     }
 
-    /// Expired with no live lease: only a purge may be acting on it. The purge states the same
-    /// in SQL (`store::spi::purgeable`); a test checks that the two agree.
+    /// Expired with no live lease: only a purge may be acting on it.
     pub fn is_purgeable(&self, now: Micros) -> bool {
         self.is_expired(now) && !self.lease_is_live(now)
+    }
+}
+
+/// The same three rules in SQL, for statements that test many rows at once (the purge, the key
+/// statistics): conditions on the row of table alias `t` at the clock in parameter `now` (such
+/// as "$1"). A test checks each equal to its method of `KeyRow` at every boundary.
+pub mod in_sql {
+    pub fn is_expired(t: &str, now: &str) -> String {
+        format!("{t}.expires_at OPERATOR(pg_catalog.<) {now}")
+    }
+
+    /// NULL, not false, without a lease: use it under NOT only through `lease_is_not_live`.
+    pub fn lease_is_live(t: &str, now: &str) -> String {
+        format!("{t}.lease_expires_at OPERATOR(pg_catalog.>=) {now}")
+    }
+
+    pub fn lease_is_not_live(t: &str, now: &str) -> String {
+        format!(
+            "({t}.lease_expires_at IS NULL OR {t}.lease_expires_at OPERATOR(pg_catalog.<) {now})"
+        )
+    }
+
+    pub fn is_purgeable(t: &str, now: &str) -> String {
+        format!("{} AND {}", is_expired(t, now), lease_is_not_live(t, now))
     }
 }
 

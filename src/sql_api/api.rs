@@ -9,7 +9,7 @@ use crate::hashing;
 use crate::hashing::canonical_json;
 use crate::hashing::jsonb_walk;
 use crate::pg::cluster;
-use crate::pg::datum::{Jsonb, Record};
+use crate::pg::datum::{CallMemory, Jsonb, Record};
 use crate::pg::guc;
 use crate::pg::time::{clock, timestamptz};
 use crate::rules::{FencedChange, State};
@@ -34,7 +34,10 @@ fn idem_claim(
     let request_hash = check(args::request_hash(request_hash));
     tenants::check_access(tenant);
     let request = claim_request(tenant, key, request_hash, lease_and_ttl(lease, ttl));
-    let outcome = store::claim(&request, clock());
+    // SAFETY: in idem_claim's memory context; the outcome is shaped into its result before it
+    // returns, so 'm is this call.
+    let memory = unsafe { CallMemory::current() };
+    let outcome = store::claim(memory, &request, clock());
     count_outcome(tenant, &outcome);
     // built after SPI is gone: the row must live in the caller's memory context
     ClaimRow::of(outcome).into_record(fcinfo)
@@ -231,33 +234,45 @@ mod tests {
 
     #[pg_test]
     fn every_claim_outcome() {
-        let (o, f1, a) = claim3("every_claim_outcome", "k", "h");
+        let Answer {
+            outcome: o,
+            fence: f1,
+            attempt: a,
+            ..
+        } = claim("every_claim_outcome", "k", "h");
         assert_eq!((o.as_str(), a), ("claimed", Some(1)));
         let f1 = f1.expect("fence");
-        let (o, f, _) = claim3("every_claim_outcome", "k", "h");
+        let Answer {
+            outcome: o,
+            fence: f,
+            ..
+        } = claim("every_claim_outcome", "k", "h");
         assert_eq!(
             (o.as_str(), f),
             ("in_progress", None),
             "a claim held by this transaction"
         );
-        assert_eq!(claim3("every_claim_outcome", "k", "other").0, "mismatch");
+        assert_eq!(
+            claim("every_claim_outcome", "k", "other").outcome,
+            "mismatch"
+        );
         Spi::run(&format!(
             "SELECT idem_complete('every_claim_outcome', 'k', {f1}, 201, '{{\"id\": 1}}')"
         ))
         .unwrap();
-        assert_eq!(claim3("every_claim_outcome", "k", "h").0, "completed");
+        assert_eq!(claim("every_claim_outcome", "k", "h").outcome, "completed");
         assert_eq!(
             one_text("SELECT response_body::text FROM idem_claim('every_claim_outcome', 'k', 'h')")
                 .as_deref(),
             Some(r#"{"id": 1}"#)
         );
-        let (_, f2, _) = claim3("every_claim_outcome", "k2", "h");
+        let Answer { fence: f2, .. } = claim("every_claim_outcome", "k2", "h");
         Spi::run(&format!(
             "SELECT idem_fail_final('every_claim_outcome', 'k2', {}, 402, NULL)",
             f2.unwrap()
         ))
         .unwrap();
-        assert_eq!(claim3("every_claim_outcome", "k2", "h").0, "failed");
+        assert_eq!(claim("every_claim_outcome", "k2", "h").outcome, "failed");
         assert_eq!(
             one_i64(
                 "SELECT response_code::bigint FROM idem_claim('every_claim_outcome', 'k2', 'h')"
@@ -266,19 +281,19 @@ mod tests {
         );
         Spi::run("SET LOCAL pg_idem.reject_stale_uuidv7 = on").unwrap();
         assert_eq!(
-            claim3(
+            claim(
                 "every_claim_outcome",
                 "00000000-0000-7000-8000-000000000000",
                 "h"
             )
-            .0,
+            .outcome,
             "stale_key"
         );
     }
 
     #[pg_test]
     fn mismatch_and_replays_reveal_no_fence() {
-        let (_, f, _) = claim3("mismatch_and_replays_reveal_no_fence", "k", "h");
+        let Answer { fence: f, .. } = claim("mismatch_and_replays_reveal_no_fence", "k", "h");
         Spi::run(&format!(
             "SELECT idem_complete('mismatch_and_replays_reveal_no_fence', 'k', {}, 200)",
             f.unwrap()
@@ -302,11 +317,16 @@ mod tests {
         .unwrap();
         Spi::run("SELECT pg_sleep(0.05)").unwrap();
         assert_eq!(
-            claim3(t, "k", "other").0,
+            claim(t, "k", "other").outcome,
             "mismatch",
             "another hash is still a mismatch"
         );
-        let (o, f2, a) = claim3(t, "k", "h");
+        let Answer {
+            outcome: o,
+            fence: f2,
+            attempt: a,
+            ..
+        } = claim(t, "k", "h");
         assert_eq!(
             (o.as_str(), f2, a),
             ("in_progress", None, Some(1)),
@@ -321,12 +341,17 @@ mod tests {
 
     #[pg_test]
     fn release_forget_and_purge() {
-        let f1 = claim3("release_forget_and_purge", "k", "h").1.unwrap();
+        let f1 = claim("release_forget_and_purge", "k", "h").fence.unwrap();
         Spi::run(&format!(
             "SELECT idem_release('release_forget_and_purge', 'k', {f1})"
         ))
         .unwrap();
-        let (o, f2, a) = claim3("release_forget_and_purge", "k", "h");
+        let Answer {
+            outcome: o,
+            fence: f2,
+            attempt: a,
+            ..
+        } = claim("release_forget_and_purge", "k", "h");
         assert_eq!(
             (o.as_str(), a),
             ("claimed", Some(1)),
@@ -369,14 +394,18 @@ mod tests {
         ))
         .unwrap();
         Spi::run("SELECT pg_sleep(0.02)").unwrap();
-        let (o, _, a) = claim3("expired_key_counts_as_absent", "k", "another hash");
+        let Answer {
+            outcome: o,
+            attempt: a,
+            ..
+        } = claim("expired_key_counts_as_absent", "k", "another hash");
         assert_eq!((o.as_str(), a), ("claimed", Some(1)));
     }
 
     #[pg_test]
     fn fenced_operations_return_the_new_times() {
         let t = "fenced_operations_return_the_new_times";
-        let f = claim3(t, "k", "h").1.unwrap();
+        let f = claim(t, "k", "h").fence.unwrap();
         // each new time is the call's clock plus the interval exactly: between the clock read
         // before the call and the one read after it (the select list runs after the function)
         let within = |call: &str, interval: &str| {

@@ -13,7 +13,7 @@ use pgrx::datum::{Array, Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
 
 use crate::errors;
-use crate::pg::datum::Jsonb;
+use crate::pg::datum::{CallMemory, Jsonb};
 use crate::pg::guc;
 use crate::pg::time::{clock, timestamptz};
 use crate::rules::{ConsumeRequest, Consumed, Fenced, FencedChange, State};
@@ -47,7 +47,9 @@ fn idem_consume(tenant: Option<&str>, key: Option<&str>, ttl: Option<Interval>) 
         ttl_us,
     };
     let now = clock();
-    let consumed = store::with_store(|store| store.consume(&request, now));
+    // SAFETY: in idem_consume's memory context; nothing allocated there is returned.
+    let memory = unsafe { CallMemory::current() };
+    let consumed = store::with_store(memory, |store| store.consume(&request, now));
     let consumed = consumed.unwrap_or_else(|held| {
         stats::record(tenant, Event::InProgress);
         held.raise()
@@ -112,7 +114,9 @@ fn idem_consume_many<'a>(
         .collect();
     let now = clock();
     // in input order, so that a key repeated in the batch meets its own consume: new once
-    let answers: Vec<Result<Consumed, errors::IdemError>> = store::with_store(|store| {
+    // SAFETY: in idem_consume_many's memory context; nothing allocated there is returned.
+    let memory = unsafe { CallMemory::current() };
+    let answers: Vec<Result<Consumed, errors::IdemError>> = store::with_store(memory, |store| {
         let mut answers = Vec::with_capacity(requests.len());
         for request in &requests {
             let answer = store.consume(request, now);
@@ -204,7 +208,9 @@ fn idem_complete_many<'a>(
     let now = clock();
     // all or nothing: the first refusal raises, and the statement (with the transaction's
     // business writes) fails as a single idem_complete would
-    let results: Vec<_> = store::with_store(|store| {
+    // SAFETY: in idem_complete_many's memory context; nothing allocated there is returned.
+    let memory = unsafe { CallMemory::current() };
+    let results: Vec<_> = store::with_store(memory, |store| {
         let mut results = Vec::with_capacity(targets.len());
         for ((target, code), body) in targets.iter().zip(&codes).zip(&bodies) {
             let change = FencedChange::Finish {
@@ -261,7 +267,7 @@ mod tests {
             Some("m2,m3")
         );
         assert_eq!(
-            claim3("consume_is_new_once", "m2", "").0,
+            claim("consume_is_new_once", "m2", "").outcome,
             "completed",
             "a consumed message replays as completed under the empty fingerprint"
         );

@@ -6,7 +6,7 @@ use pgrx::prelude::*;
 
 use crate::errors;
 use crate::hashing;
-use crate::pg::datum::Jsonb;
+use crate::pg::datum::{CallMemory, Jsonb};
 use crate::pg::time::clock;
 use crate::rules::{ClaimOutcome, ClaimRequest, FencedChange};
 use crate::sql_api::args::{self, check};
@@ -107,10 +107,14 @@ fn idem_claim_many<'a>(
         })
         .map(|(key, hash)| claim_request(tenant, key, hash, lease_and_ttl(lease, ttl)))
         .collect();
+    // SAFETY: in idem_claim_many's memory context, which lives as long as its arguments ('a,
+    // as pgrx ties them to the call): the rows it returns are allocated there.
+    let memory: CallMemory<'a> = unsafe { CallMemory::current() };
     let now = clock();
     // in input order, so that a key repeated in the batch meets its own earlier claim
-    let outcomes: Vec<ClaimOutcome<'a>> =
-        store::with_store(|store| requests.iter().map(|r| store.claim(r, now)).collect());
+    let outcomes: Vec<ClaimOutcome<'a>> = store::with_store(memory, |store| {
+        requests.iter().map(|r| store.claim(r, now)).collect()
+    });
     let rows: Vec<_> = requests
         .iter()
         .zip(outcomes)

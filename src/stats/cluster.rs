@@ -11,6 +11,7 @@ use pgrx::prelude::*;
 use super::counters;
 use super::counts::{self, Counts, Totals};
 use crate::pg::time::Micros;
+use crate::rules::key_row::in_sql;
 
 /// The keys of one tenant by state. Expired keys count as expired whatever their state;
 /// stalled keys are in progress past their lease.
@@ -57,15 +58,19 @@ pub struct NodeStatistics {
 /// Key counts per tenant of one table holding keys: idem.keys, or a shard of it (a name from
 /// `cluster::local_key_tables`, never a value from a caller). One scan of the table.
 fn key_counts_sql(table: &str) -> String {
+    let live = format!("NOT ({})", in_sql::is_expired("k", "$1"));
+    let expired = in_sql::is_expired("k", "$1");
+    let lease_passed = in_sql::lease_is_not_live("k", "$1");
+    let state = |code: &str| format!("k.state OPERATOR(pg_catalog.=) '{code}'");
+    let (p, c, f) = (state("p"), state("c"), state("f"));
     format!(
         "SELECT k.tenant, \
-           pg_catalog.count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) $1), \
-           pg_catalog.count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'c' AND k.expires_at OPERATOR(pg_catalog.>=) $1), \
-           pg_catalog.count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'f' AND k.expires_at OPERATOR(pg_catalog.>=) $1), \
-           pg_catalog.count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) $1 \
-                                        AND k.lease_expires_at OPERATOR(pg_catalog.<) $1), \
-           pg_catalog.count(*) FILTER (WHERE k.expires_at OPERATOR(pg_catalog.<) $1), \
-           pg_catalog.min(k.claimed_at) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND k.expires_at OPERATOR(pg_catalog.>=) $1) \
+           pg_catalog.count(*) FILTER (WHERE {p} AND {live}), \
+           pg_catalog.count(*) FILTER (WHERE {c} AND {live}), \
+           pg_catalog.count(*) FILTER (WHERE {f} AND {live}), \
+           pg_catalog.count(*) FILTER (WHERE {p} AND {live} AND {lease_passed}), \
+           pg_catalog.count(*) FILTER (WHERE {expired}), \
+           pg_catalog.min(k.claimed_at) FILTER (WHERE {p} AND {live}) \
          FROM {table} AS k GROUP BY k.tenant"
     )
 }

@@ -247,9 +247,9 @@ mod tests {
             .unwrap()
         };
         let before = counts();
-        claim3("counters_count_outcomes", "k", "h");
-        claim3("counters_count_outcomes", "k", "h");
-        claim3("counters_count_outcomes", "k", "x");
+        claim("counters_count_outcomes", "k", "h");
+        claim("counters_count_outcomes", "k", "h");
+        claim("counters_count_outcomes", "k", "x");
         let after = counts();
         let delta = |a: Option<i64>, b: Option<i64>| a.unwrap_or(0) - b.unwrap_or(0);
         assert_eq!(

@@ -31,7 +31,6 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use pgrx::memcxt::PgMemoryContexts;
 use pgrx::pg_sys;
 use pgrx::{FromDatum, IntoDatum};
 
@@ -39,7 +38,7 @@ use super::definition::{self, Verdict};
 use super::{fences, prevent_if_read_only, snapshot_per_transaction, wait_for};
 use crate::errors;
 use crate::pg::caches::{self, Depends};
-use crate::pg::datum::Jsonb;
+use crate::pg::datum::CallMemory;
 use crate::pg::heap::{Found, Holder, Inserted, Layout, PrimaryKey, Snap, Table, Write, Written};
 use crate::pg::time::{interval, interval_micros, Micros};
 use crate::rules::claims::{plan, ClaimOutcome, ClaimRequest, Plan, CLAIM_ROUNDS};
@@ -240,7 +239,7 @@ impl Keys {
     }
 
     /// The key row a look-up found, its jsonb copied into `outer`.
-    fn key_row<'m>(&self, found: &Found, outer: pg_sys::MemoryContext) -> KeyRow<'m> {
+    fn key_row<'m>(&self, found: &Found, memory: CallMemory<'m>) -> KeyRow<'m> {
         let c = &self.catalog.columns;
         let datum = |column: Column| found.datum(c.of(column));
         KeyRow {
@@ -254,7 +253,8 @@ impl Keys {
             )),
             attempt: not_null(datum(Column::Attempt), "attempt").value() as i32,
             response_code: datum(Column::ResponseCode).map(|d| d.value() as i32),
-            response_body: datum(Column::ResponseBody).and_then(|d| jsonb(d, outer)),
+            // SAFETY: response_body is a jsonb column; the value lives with `found`.
+            response_body: datum(Column::ResponseBody).map(|d| unsafe { memory.copy_jsonb(d) }),
             lease_expires_at: self.i64_of(found, Column::LeaseExpiresAt),
             expires_at: not_null(self.i64_of(found, Column::ExpiresAt), "expires_at"),
             ttl_us: interval_micros(not_null(datum(Column::Ttl), "ttl")),
@@ -309,20 +309,6 @@ fn datum_of(value: Value<'_>) -> Option<pg_sys::Datum> {
         Value::Duration(micros) => interval(micros).into_datum(),
         Value::Text(text) => text.into_datum(),
         Value::Jsonb(value) => value.into_datum(),
-    }
-}
-
-/// A jsonb datum copied into `outer`, the memory context of the SQL function being called.
-fn jsonb<'m>(datum: pg_sys::Datum, outer: pg_sys::MemoryContext) -> Option<Jsonb<'m>> {
-    // SAFETY: callers pass the datum of a jsonb column; it is detoasted and copied into
-    // `outer`, which outlives this call.
-    unsafe {
-        <Jsonb as FromDatum>::from_datum_in_memory_context(
-            PgMemoryContexts::For(outer),
-            datum,
-            false,
-            pg_sys::JSONBOID,
-        )
     }
 }
 
@@ -404,7 +390,7 @@ pub fn claim<'m>(
     keys: &Keys,
     request: &ClaimRequest<'_>,
     now: Micros,
-    outer: pg_sys::MemoryContext,
+    memory: CallMemory<'m>,
 ) -> ClaimOutcome<'m> {
     let (tenant, key) = (request.tenant, request.key);
     let per_transaction = snapshot_per_transaction();
@@ -432,7 +418,7 @@ pub fn claim<'m>(
                 None => (None, Writer::Nobody),
             }
         };
-        let row = seen.as_ref().map(|f| keys.key_row(f, outer));
+        let row = seen.as_ref().map(|f| keys.key_row(f, memory));
         let purgeable = row.as_ref().is_some_and(|r| r.is_purgeable(now));
         let replaced = row.as_ref().map(|r| r.fence);
         let mine = seen.as_ref().is_some_and(|f| f.holder == Holder::Me);
@@ -472,7 +458,10 @@ pub fn claim<'m>(
                                 // with `seen` (kept) or was just built (set).
                                 .and_then(|d| unsafe { <&str as FromDatum>::from_datum(d, false) })
                                 .map(str::to_owned),
-                            column(Column::CheckpointData).and_then(|d| jsonb(d, outer)),
+                            column(Column::CheckpointData)
+                                // SAFETY: checkpoint_data is a jsonb column; the datum lives
+                                // with `seen` (kept) or was just built (set).
+                                .map(|d| unsafe { memory.copy_jsonb(d) }),
                         );
                         return request.claimed(now, fence, attempt, checkpoint);
                     }
@@ -501,7 +490,7 @@ pub fn consume(
     keys: &Keys,
     request: &ConsumeRequest<'_>,
     now: Micros,
-    outer: pg_sys::MemoryContext,
+    memory: CallMemory<'_>,
 ) -> Result<Consumed, errors::IdemError> {
     let (tenant, key) = (request.tenant, request.key);
     let per_transaction = snapshot_per_transaction();
@@ -525,7 +514,7 @@ pub fn consume(
                 errors::serialization_failure("idem_consume", tenant, key).raise()
             }
         }
-        let row = latest.as_ref().map(|f| keys.key_row(f, outer));
+        let row = latest.as_ref().map(|f| keys.key_row(f, memory));
         let attempt = match plan_consume(row.as_ref(), mine, request, now) {
             ConsumePlan::Answer(answer) => return Ok(answer),
             ConsumePlan::Held(error) => return Err(error),
@@ -624,7 +613,7 @@ fn row_to_act_on<'m>(
     keys: &Keys,
     tenant: &str,
     key: &str,
-    outer: pg_sys::MemoryContext,
+    memory: CallMemory<'m>,
     acts: impl Fn(Option<&KeyRow<'_>>) -> bool,
 ) -> Option<(Found, KeyRow<'m>)> {
     let mut own = keys.own_row(tenant, key);
@@ -634,7 +623,7 @@ fn row_to_act_on<'m>(
             .take()
             .or_else(|| keys.find(tenant, key, Snap::Transaction));
         let row = found.map(|f| {
-            let row = keys.key_row(&f, outer);
+            let row = keys.key_row(&f, memory);
             (f, row)
         });
         if acts(row.as_ref().map(|(_, r)| r)) || !wait_for_writer(keys, tenant, key) {
@@ -648,13 +637,13 @@ pub fn fenced(
     keys: &Keys,
     target: &Fenced<'_>,
     change: &FencedChange<'_>,
-    outer: pg_sys::MemoryContext,
+    memory: CallMemory<'_>,
 ) -> Result<FencedTimes, Refused> {
     let (tenant, key) = (target.tenant, target.key);
     // as the executor's UPDATE, DELETE or SELECT FOR NO KEY UPDATE would, whatever the key holds
     prevent_if_read_only(change.command());
     loop {
-        let found = row_to_act_on(keys, tenant, key, outer, |row| target.check(row).is_ok());
+        let found = row_to_act_on(keys, tenant, key, memory, |row| target.check(row).is_ok());
         target.check(found.as_ref().map(|(_, row)| row))?;
         let Some((found, row)) = found else {
             errors::internal("a fenced write", "no row holds the fence").raise()
@@ -694,10 +683,10 @@ fn wait_for_writer(keys: &Keys, tenant: &str, key: &str) -> bool {
 }
 
 /// Drops a key in any state; true if there was one.
-pub fn forget(keys: &Keys, tenant: &str, key: &str, outer: pg_sys::MemoryContext) -> bool {
+pub fn forget(keys: &Keys, tenant: &str, key: &str, memory: CallMemory<'_>) -> bool {
     prevent_if_read_only(c"DELETE");
     loop {
-        let Some((found, _)) = row_to_act_on(keys, tenant, key, outer, |row| row.is_some()) else {
+        let Some((found, _)) = row_to_act_on(keys, tenant, key, memory, |row| row.is_some()) else {
             return false;
         };
         match keys.table.delete(&found, true) {

@@ -16,6 +16,7 @@
 use pgrx::pg_sys;
 
 use crate::errors;
+use crate::pg::datum::CallMemory;
 use crate::pg::time::Micros;
 use crate::rules::fenced::FencedTimes;
 use crate::rules::{
@@ -71,37 +72,34 @@ enum Backend<'a, 'c> {
 }
 
 /// The key store for one call (or one batch): the engine when it can, else SPI. Values it
-/// returns that point into PostgreSQL memory (jsonb) live in the memory context the caller was
-/// in when `with_store` began.
-pub struct Store<'a, 'c> {
+/// returns that point into PostgreSQL memory (jsonb) live in `memory`, the call's, for `'m`.
+pub struct Store<'a, 'c, 'm> {
     backend: Backend<'a, 'c>,
-    outer: pg_sys::MemoryContext,
+    memory: CallMemory<'m>,
 }
 
 /// Runs `f` with the key store of this call.
-pub fn with_store<R>(f: impl FnOnce(&Store<'_, '_>) -> R) -> R {
-    // SAFETY: reads the current memory context: the SQL function's.
-    let outer = unsafe { pg_sys::CurrentMemoryContext };
+pub fn with_store<'m, R>(memory: CallMemory<'m>, f: impl FnOnce(&Store<'_, '_, 'm>) -> R) -> R {
     match engine::open() {
         Some(keys) => f(&Store {
             backend: Backend::Engine(keys),
-            outer,
+            memory,
         }),
         None => crate::pg::sql::with_client(|client| {
             f(&Store {
                 backend: Backend::Spi(client),
-                outer,
+                memory,
             })
         }),
     }
 }
 
-impl Store<'_, '_> {
+impl<'m> Store<'_, '_, 'm> {
     /// Claims `request.key`. Never waits on another transaction that holds the key.
-    pub fn claim<'m>(&self, request: &ClaimRequest<'_>, now: Micros) -> ClaimOutcome<'m> {
+    pub fn claim(&self, request: &ClaimRequest<'_>, now: Micros) -> ClaimOutcome<'m> {
         match &self.backend {
-            Backend::Engine(keys) => engine::claim(keys, request, now, self.outer),
-            Backend::Spi(client) => spi::claim(client, request, now),
+            Backend::Engine(keys) => engine::claim(keys, request, now, self.memory),
+            Backend::Spi(client) => spi::claim(client, request, now, self.memory),
         }
     }
 
@@ -112,45 +110,54 @@ impl Store<'_, '_> {
         change: &FencedChange<'_>,
     ) -> Result<FencedTimes, Refused> {
         match &self.backend {
-            Backend::Engine(keys) => engine::fenced(keys, target, change, self.outer),
-            Backend::Spi(client) => spi::fenced(client, target, change),
+            Backend::Engine(keys) => engine::fenced(keys, target, change, self.memory),
+            Backend::Spi(client) => spi::fenced(client, target, change, self.memory),
         }
     }
 
     /// Drops a key in any state; true if there was one.
     pub fn forget(&self, tenant: &str, key: &str) -> bool {
         match &self.backend {
-            Backend::Engine(keys) => engine::forget(keys, tenant, key, self.outer),
+            Backend::Engine(keys) => engine::forget(keys, tenant, key, self.memory),
             Backend::Spi(client) => spi::forget(client, tenant, key),
         }
     }
 
     /// Records a message as processed in the caller's transaction (see
-    /// `rules::consumes::plan_consume`); Err:
-    /// an attempt in progress holds the key (55P03, raised by the caller once counted).
+    /// `rules::consumes::plan_consume`); Err: an attempt in progress holds the key (55P03,
+    /// raised by the caller once counted).
     pub fn consume(
         &self,
         request: &ConsumeRequest<'_>,
         now: Micros,
     ) -> Result<Consumed, errors::IdemError> {
         match &self.backend {
-            Backend::Engine(keys) => engine::consume(keys, request, now, self.outer),
-            Backend::Spi(client) => spi::consume(client, request, now),
+            Backend::Engine(keys) => engine::consume(keys, request, now, self.memory),
+            Backend::Spi(client) => spi::consume(client, request, now, self.memory),
         }
     }
 }
 
 /// Claims one key (see `Store::claim`).
-pub fn claim<'m>(request: &ClaimRequest<'_>, now: Micros) -> ClaimOutcome<'m> {
-    with_store(|store| store.claim(request, now))
+pub fn claim<'m>(
+    memory: CallMemory<'m>,
+    request: &ClaimRequest<'_>,
+    now: Micros,
+) -> ClaimOutcome<'m> {
+    with_store(memory, |store| store.claim(request, now))
 }
 
 /// Applies a fenced change to one key (see `Store::fenced`).
 pub fn fenced(target: &Fenced<'_>, change: &FencedChange<'_>) -> Result<FencedTimes, Refused> {
-    with_store(|store| store.fenced(target, change))
+    // SAFETY: in the SQL function's memory context; nothing allocated there is returned (the
+    // rows read to check the fence are dropped here), so 'm is this call of `fenced`.
+    let memory = unsafe { CallMemory::current() };
+    with_store(memory, |store| store.fenced(target, change))
 }
 
 /// Drops one key (see `Store::forget`).
 pub fn forget(tenant: &str, key: &str) -> bool {
-    with_store(|store| store.forget(tenant, key))
+    // SAFETY: as in `fenced`: nothing allocated in it is returned.
+    let memory = unsafe { CallMemory::current() };
+    with_store(memory, |store| store.forget(tenant, key))
 }

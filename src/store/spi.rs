@@ -26,7 +26,7 @@ use crate::enum_list::enum_list;
 use crate::errors;
 use crate::hashing;
 use crate::pg::cluster;
-use crate::pg::datum::Jsonb;
+use crate::pg::datum::{CallMemory, Jsonb};
 use crate::pg::locks::{Lock, Taken};
 use crate::pg::sql::{
     first_row, get_bytes, get_i32, get_i64, get_i8, get_jsonb, get_string, interval_arg, raw,
@@ -36,7 +36,7 @@ use crate::pg::time::{interval_micros, Micros};
 use crate::rules::claims::{plan, ClaimOutcome, ClaimRequest, Plan, CLAIM_ROUNDS};
 use crate::rules::consumes::{plan_consume, ConsumePlan, ConsumeRequest, Consumed};
 use crate::rules::fenced::{Effect, Fenced, FencedChange, FencedTimes, Refused};
-use crate::rules::key_row::{not_null, stored_hash, KeyRow, State};
+use crate::rules::key_row::{in_sql, not_null, stored_hash, KeyRow, State};
 use crate::rules::row_write::{Assign, Column, RowWrite, Value};
 
 enum_list! {
@@ -56,13 +56,9 @@ const KEY_COLUMNS: &str = "k.state, k.request_hash, k.attempt, k.response_code, 
 
 const WHERE_KEY: &str = "k.tenant OPERATOR(pg_catalog.=) $1 AND k.key OPERATOR(pg_catalog.=) $2";
 
-/// A row is purgeable once both its expiry and any lease have passed ({t} is the table alias);
-/// `KeyRow::is_purgeable` says the same in Rust.
+/// A row is purgeable once both its expiry and any lease have passed ({t} is the table alias).
 fn purgeable(t: &str) -> String {
-    format!(
-        "{t}.expires_at OPERATOR(pg_catalog.<) $1 \
-         AND ({t}.lease_expires_at IS NULL OR {t}.lease_expires_at OPERATOR(pg_catalog.<) $1)"
-    )
+    in_sql::is_purgeable(t, "$1")
 }
 
 impl Stmt {
@@ -90,14 +86,14 @@ fn run<'c>(client: &Client<'_, 'c>, stmt: Stmt, args: &[DatumWithOid<'_>]) -> Sp
 }
 
 /// The KEY_COLUMNS of a row; None when the key is absent.
-fn read_key_row<'m>(table: &SpiTupleTable<'_>, outer: pg_sys::MemoryContext) -> Option<KeyRow<'m>> {
+fn read_key_row<'m>(table: &SpiTupleTable<'_>, memory: CallMemory<'m>) -> Option<KeyRow<'m>> {
     let state = get_i8(table, 1)?;
     Some(KeyRow {
         state: State::from_code(state),
         request_hash: stored_hash(&not_null(get_bytes(table, 2), "request_hash")),
         attempt: not_null(get_i32(table, 3), "attempt"),
         response_code: get_i32(table, 4),
-        response_body: get_jsonb(table, 5, outer),
+        response_body: get_jsonb(table, 5, memory),
         lease_expires_at: get_i64(table, 6),
         expires_at: not_null(get_i64(table, 7), "expires_at"),
         fence: not_null(get_i64(table, 8), "fence"),
@@ -105,19 +101,29 @@ fn read_key_row<'m>(table: &SpiTupleTable<'_>, outer: pg_sys::MemoryContext) -> 
     })
 }
 
-fn lookup<'m>(client: &Client<'_, '_>, tenant: &str, key: &str) -> Option<KeyRow<'m>> {
+fn lookup<'m>(
+    client: &Client<'_, '_>,
+    tenant: &str,
+    key: &str,
+    memory: CallMemory<'m>,
+) -> Option<KeyRow<'m>> {
     first_row(run(client, Stmt::Lookup, &[tenant.into(), key.into()]))
-        .and_then(|t| read_key_row(&t, client.outer))
+        .and_then(|t| read_key_row(&t, memory))
 }
 
 /// The key's row locked FOR NO KEY UPDATE (waiting for a transaction changing it).
-fn lookup_for_update<'m>(client: &Client<'_, '_>, tenant: &str, key: &str) -> Option<KeyRow<'m>> {
+fn lookup_for_update<'m>(
+    client: &Client<'_, '_>,
+    tenant: &str,
+    key: &str,
+    memory: CallMemory<'m>,
+) -> Option<KeyRow<'m>> {
     first_row(run(
         client,
         Stmt::LookupForUpdate,
         &[tenant.into(), key.into()],
     ))
-    .and_then(|t| read_key_row(&t, client.outer))
+    .and_then(|t| read_key_row(&t, memory))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -203,6 +209,7 @@ fn apply<'m>(
     key: &str,
     new_row: bool,
     write: &RowWrite<'_>,
+    memory: CallMemory<'m>,
 ) -> Option<Checkpoint<'m>> {
     let mut args: Vec<DatumWithOid<'_>> = vec![tenant.into(), key.into()];
     args.extend(
@@ -217,7 +224,7 @@ fn apply<'m>(
             .or_insert_with(|| write_sql(new_row, write));
         client.run(text, &args)
     });
-    first_row(table).map(|t| (get_string(&t, 1), get_jsonb(&t, 2, client.outer)))
+    first_row(table).map(|t| (get_string(&t, 1), get_jsonb(&t, 2, memory)))
 }
 
 /// The lock of a key: whoever writes the key on this path takes it first and keeps it until
@@ -247,11 +254,14 @@ pub fn claim<'m>(
     client: &Client<'_, '_>,
     request: &ClaimRequest<'_>,
     now: Micros,
+    memory: CallMemory<'m>,
 ) -> ClaimOutcome<'m> {
     let (tenant, key) = (request.tenant, request.key);
     if read_only() {
         // a hot standby cannot take the key lock: answer from the row as it is, or refuse
-        if let Plan::Answer(outcome) = plan(lookup(client, tenant, key), false, request, now) {
+        if let Plan::Answer(outcome) =
+            plan(lookup(client, tenant, key, memory), false, request, now)
+        {
             return outcome;
         }
         prevent_if_read_only(c"INSERT");
@@ -259,7 +269,7 @@ pub fn claim<'m>(
     let lock = key_lock(tenant, key);
     for _ in 0..CLAIM_ROUNDS {
         let taken = lock.try_take();
-        let row = lookup(client, tenant, key);
+        let row = lookup(client, tenant, key, memory);
         let mut replaced = row.as_ref().map(|r| r.fence);
         // This transaction holds the key lock: the attempt in progress is its own.
         let mine = taken == Taken::AlreadyHeld;
@@ -278,7 +288,7 @@ pub fn claim<'m>(
             // batch (or, for a moment after idem.keys changed, a backend on the engine path)
             // can be changing this row: lock it, waiting for that, and decide again on what
             // it left.
-            let row = lookup_for_update(client, tenant, key);
+            let row = lookup_for_update(client, tenant, key, memory);
             replaced = row.as_ref().map(|r| r.fence);
             attempt = match plan(row, mine, request, now) {
                 Plan::Answer(outcome) => {
@@ -290,7 +300,7 @@ pub fn claim<'m>(
         }
         let fence = fences::next(fence_seq(), replaced);
         let write = request.write(now, fence, attempt);
-        if let Some(checkpoint) = apply(client, tenant, key, replaced.is_none(), &write) {
+        if let Some(checkpoint) = apply(client, tenant, key, replaced.is_none(), &write, memory) {
             return request.claimed(now, fence, attempt, checkpoint);
         }
         lock.release(taken);
@@ -315,11 +325,12 @@ pub fn fenced(
     client: &Client<'_, '_>,
     target: &Fenced<'_>,
     change: &FencedChange<'_>,
+    memory: CallMemory<'_>,
 ) -> Result<FencedTimes, Refused> {
     let (tenant, key) = (target.tenant, target.key);
     prevent_if_read_only(change.command());
     key_lock(tenant, key).take();
-    let row = lookup_for_update(client, tenant, key);
+    let row = lookup_for_update(client, tenant, key, memory);
     target.check(row.as_ref())?;
     let Some(row) = row else {
         errors::internal("a fenced write", "no row holds the fence").raise()
@@ -327,7 +338,7 @@ pub fn fenced(
     let (effect, times) = change.effect(&row);
     match effect {
         Effect::Update(write) => {
-            apply(client, tenant, key, false, &write);
+            apply(client, tenant, key, false, &write, memory);
         }
         Effect::Delete => {
             run(client, Stmt::Forget, &[tenant.into(), key.into()]);
@@ -358,10 +369,16 @@ pub fn consume(
     client: &Client<'_, '_>,
     request: &ConsumeRequest<'_>,
     now: Micros,
+    memory: CallMemory<'_>,
 ) -> Result<Consumed, errors::IdemError> {
     let (tenant, key) = (request.tenant, request.key);
     if read_only() {
-        match plan_consume(lookup(client, tenant, key).as_ref(), false, request, now) {
+        match plan_consume(
+            lookup(client, tenant, key, memory).as_ref(),
+            false,
+            request,
+            now,
+        ) {
             ConsumePlan::Answer(answer) => return Ok(answer),
             ConsumePlan::Held(error) => return Err(error),
             ConsumePlan::Write(_) => prevent_if_read_only(c"INSERT"),
@@ -373,14 +390,14 @@ pub fn consume(
         // whether this transaction held the key lock before: its own attempt, then
         let mine = lock.try_take() == Taken::AlreadyHeld;
         lock.take();
-        let row = lookup_for_update(client, tenant, key);
+        let row = lookup_for_update(client, tenant, key, memory);
         let attempt = match plan_consume(row.as_ref(), mine, request, now) {
             ConsumePlan::Answer(answer) => return Ok(answer),
             ConsumePlan::Held(error) => return Err(error),
             ConsumePlan::Write(attempt) => attempt,
         };
         let write = request.write(now, row.as_ref().map_or(0, |r| r.fence), attempt);
-        if apply(client, tenant, key, row.is_none(), &write).is_some() {
+        if apply(client, tenant, key, row.is_none(), &write, memory).is_some() {
             return Ok(Consumed::New {
                 takeover: attempt.takeover,
             });
@@ -565,26 +582,39 @@ mod tests {
     use crate::rules::key_row::KeyRow;
     use pgrx::prelude::*;
 
-    /// The purge deletes by its SQL test (`purgeable`), the claims decide by
-    /// `KeyRow::is_purgeable`: the two agree at and around every boundary.
+    /// The purge and the key statistics test rows in SQL (`rules::key_row::in_sql`), the claims
+    /// in Rust (`KeyRow`): each condition agrees with its method at and around every boundary.
     #[pg_test]
-    fn the_purge_and_the_rules_agree_on_what_is_purgeable() {
+    fn the_rules_in_sql_agree_with_the_rules_in_rust() {
         let now: Micros = 800_000_000_000_000;
-        let around = [now - 1, now, now + 1];
         let sql = format!(
-            "SELECT {} FROM (SELECT $2::pg_catalog.timestamptz AS expires_at, \
-                                    $3::pg_catalog.timestamptz AS lease_expires_at) AS c",
-            purgeable("c")
+            "SELECT {}, COALESCE({}, false), {}, {} \
+               FROM (SELECT $2::pg_catalog.timestamptz AS expires_at, \
+                            $3::pg_catalog.timestamptz AS lease_expires_at) AS c",
+            in_sql::is_expired("c", "$1"),
+            in_sql::lease_is_live("c", "$1"),
+            in_sql::lease_is_not_live("c", "$1"),
+            purgeable("c"),
         );
-        for expires_at in around {
+        for expires_at in [now - 1, now, now + 1] {
             for lease_expires_at in [None, Some(now - 1), Some(now), Some(now + 1)] {
                 let lease_arg = lease_expires_at
                     .map_or_else(DatumWithOid::null::<TimestampWithTimeZone>, timestamptz_arg);
-                let in_sql = Spi::get_one_with_args::<bool>(
-                    &sql,
-                    &[timestamptz_arg(now), timestamptz_arg(expires_at), lease_arg],
-                )
-                .unwrap()
+                let in_sql: (bool, bool, bool, bool) = Spi::connect(|c| {
+                    let row = c
+                        .select(
+                            &sql,
+                            None,
+                            &[timestamptz_arg(now), timestamptz_arg(expires_at), lease_arg],
+                        )?
+                        .first();
+                    Ok::<_, pgrx::spi::Error>((
+                        row.get::<bool>(1)?.unwrap(),
+                        row.get::<bool>(2)?.unwrap(),
+                        row.get::<bool>(3)?.unwrap(),
+                        row.get::<bool>(4)?.unwrap(),
+                    ))
+                })
                 .unwrap();
                 let row = KeyRow {
                     fence: 1,
@@ -597,10 +627,16 @@ mod tests {
                     expires_at,
                     ttl_us: 0,
                 };
-                assert_eq!(
-                    in_sql,
+                let in_rust = (
+                    row.is_expired(now),
+                    row.lease_is_live(now),
+                    !row.lease_is_live(now),
                     row.is_purgeable(now),
-                    "expires_at {expires_at}, lease {lease_expires_at:?}, now {now}"
+                );
+                assert_eq!(
+                    in_sql, in_rust,
+                    "(expired, live, not live, purgeable) with expires_at {expires_at}, lease \
+                     {lease_expires_at:?}, now {now}"
                 );
             }
         }
