@@ -49,7 +49,7 @@ COMMENT ON FUNCTION idem_stats_reset() IS
 
 -- What idem_stats() and idem_tenant_stats() show: this server's keys and counters, or on a
 -- Citus coordinator of a distributed idem.keys the sum over every node that answered, each node
--- counting the shards it holds (idem.node_statistics(), src/stats.rs): a node that does not
+-- counting the shards it holds (idem.node_statistics(), src/stats/cluster.rs): a node that does not
 -- answer is left out and named instead of failing the query. In schema idem: the statistics
 -- functions call them with the owner's rights; nobody else can.
 CREATE FUNCTION idem.node_statistics() RETURNS text

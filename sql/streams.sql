@@ -1,4 +1,4 @@
--- High-watermark dedup of ordered streams (src/streams.rs), kept in idem.watermarks: one row per
+-- High-watermark dedup of ordered streams (src/sql_api/streams.rs), kept in idem.watermarks: one row per
 -- stream, whatever the number of messages.
 
 CREATE FUNCTION idem_claim_seq(

@@ -1,4 +1,4 @@
--- What the purge workers are doing (src/worker.rs). It shows every database's worker, so PUBLIC
+-- What the purge workers are doing (src/worker/). It shows every database's worker, so PUBLIC
 -- cannot call it; members of pg_monitor can.
 
 CREATE FUNCTION idem_purge_status(

@@ -1,26 +1,30 @@
 //! pg_idem: exactly-once effects on top of at-least-once delivery, as a PostgreSQL extension.
 //!
-//! This file only wires the modules together. They form layers; each uses only those below it:
+//! This file only wires the modules together. Each folder is a layer; a layer uses only the
+//! layers listed after it:
 //!
-//! - SQL functions, one module per `sql/*.sql` file (each declares the functions of its module):
-//!   `api` (sql/api.sql: claim, complete, fail, release, heartbeat, forget, purge, hashes),
-//!   `extras` (sql/extras.sql: batch claims, checkpoints, fence guard, downstream keys),
-//!   `streams` (sql/streams.sql: stream watermarks), `tenants` (sql/tenants.sql: tenants as an
-//!   access boundary), `stats` (sql/stats.sql: counters and statistics), `worker`
-//!   (sql/worker.sql: the purge launcher and workers, and their status); sql/cluster.sql has
-//!   only PL/pgSQL (distributing with Citus, every node's counters)
-//! - `args`: argument checks shared by the SQL functions
-//! - `store`: the key store, every read and write of idem.keys, and what idem.keys must be for
-//!   pg_idem to touch it (`store::definition`); no policy (statistics are recorded by its
-//!   callers). `store::engine` writes through `heap` (the default); the SPI path
-//!   in `store` runs the same rules through prepared statements where the engine cannot (Citus,
-//!   a hot standby, an idem.keys it cannot write exactly as the executor would)
-//! - bottom, no policy: `cluster` (Citus: whether it is installed and distributes idem.keys,
-//!   and what a coordinator asks of the worker nodes), `heap` (rows through the table and index access methods), `pg_version`
-//!   (the access-method calls that differ between PostgreSQL versions), `jsonb_walk` (a canonical walk of jsonb), `canonical_json`, `hashing`,
-//!   `datum` (jsonb pass-through, one-row records), `time`, `guc` (the settings), `preload`
-//!   (whether shared memory exists), `errors` (SQLSTATEs, messages, details, hints),
-//!   `enum_list`
+//! - `sql_api`: the SQL functions, one module per `sql/*.sql` file that declares them (`api`,
+//!   `extras`, `consumers`, `streams`, `tenants`), the argument checks (`args`), and what every
+//!   function that claims or acts under a fence shares (`calls`: the request built once, the
+//!   outcome counted and shaped once). `tenants` is also the access check every function makes
+//!   before it touches a key.
+//! - `stats`: counters in shared memory and the statistics functions (sql/stats.sql); `worker`:
+//!   the purge launcher and workers and `idem_purge_status()` (sql/worker.sql). Both sit beside
+//!   `sql_api`: the SQL functions record events in `stats`, the worker purges through `store`.
+//! - `store`: the key store, every read and write of idem.keys, by one of two back-ends:
+//!   `store::engine` (table and index access methods, the default) and `store::spi` (SQL through
+//!   the executor: Citus, a hot standby, an idem.keys a DBA extended); `store::definition` (what
+//!   idem.keys must be for either to touch it), `store::fences` (drawing fences), and the purge.
+//! - `rules`: what the store does, as pure decisions both back-ends apply: what a claim, a
+//!   consume and a fenced call answer for the row they find, and what each writes, column by
+//!   column (`rules::row_write`); the key's times, in Rust and in SQL (`rules::key_row`).
+//! - `pg`: PostgreSQL integration, no policy: rows through the access methods (`heap`), datums
+//!   and the call's memory (`datum`), SQL as the extension's owner (`sql`, `owner`), advisory
+//!   locks (`locks`), every per-backend cache's invalidation (`caches`), Citus (`cluster`), the
+//!   settings (`guc`), the clock and intervals (`time`), shared memory (`preload`), version
+//!   differences (`pg_version`).
+//! - `hashing`: request fingerprints (canonical JSON, a walk of jsonb), lock identities, UUIDs.
+//! - `errors` (SQLSTATEs, messages, details, hints) and `enum_list`, used by every layer.
 //!
 //! sql/schema.sql creates the tables; `sql/pg_idem--A--B.sql` are the upgrade scripts.
 

@@ -133,7 +133,7 @@ fn definer_functions_pin_their_search_path() {
         "SECURITY DEFINER functions without a pinned search_path: {unpinned:?}"
     );
     // The C functions run with the caller's rights and switch to the owner in C where SQL runs
-    // (src/owner.rs; the hostile-search-path tests below run every path): none is SECURITY
+    // (src/pg/owner.rs; the hostile-search-path tests below run every path): none is SECURITY
     // DEFINER nor carries settings of its own. The SQL and PL/pgSQL ones that read idem.* are.
     let by_kind: Vec<(String, String, bool, Option<Vec<String>>)> = db
         .query(

@@ -109,6 +109,9 @@ impl<'m> Store<'_, '_, 'm> {
         target: &Fenced<'_>,
         change: &FencedChange<'_>,
     ) -> Result<FencedTimes, Refused> {
+        // as the executor's UPDATE, DELETE or SELECT FOR NO KEY UPDATE would, whatever the key
+        // holds
+        prevent_if_read_only(change.command());
         match &self.backend {
             Backend::Engine(keys) => engine::fenced(keys, target, change, self.memory),
             Backend::Spi(client) => spi::fenced(client, target, change, self.memory),
@@ -117,6 +120,7 @@ impl<'m> Store<'_, '_, 'm> {
 
     /// Drops a key in any state; true if there was one.
     pub fn forget(&self, tenant: &str, key: &str) -> bool {
+        prevent_if_read_only(c"DELETE");
         match &self.backend {
             Backend::Engine(keys) => engine::forget(keys, tenant, key, self.memory),
             Backend::Spi(client) => spi::forget(client, tenant, key),
