@@ -71,11 +71,6 @@ pub mod in_sql {
         format!("{t}.expires_at OPERATOR(pg_catalog.<) {now}")
     }
 
-    /// NULL, not false, without a lease: use it under NOT only through `lease_is_not_live`.
-    pub fn lease_is_live(t: &str, now: &str) -> String {
-        format!("{t}.lease_expires_at OPERATOR(pg_catalog.>=) {now}")
-    }
-
     pub fn lease_is_not_live(t: &str, now: &str) -> String {
         format!(
             "({t}.lease_expires_at IS NULL OR {t}.lease_expires_at OPERATOR(pg_catalog.<) {now})"

@@ -143,9 +143,12 @@ fn stamp() -> u64 {
     caches::generation(Depends::TenantGrants) + caches::generation(Depends::Roles)
 }
 
+/// Whether a role (by OID) may act on a tenant.
+type Answers = HashMap<(u32, String), bool>;
+
 thread_local! {
-    /// The answers by (role, tenant), and the stamp they were looked up at.
-    static ANSWERS: RefCell<(u64, HashMap<(u32, String), bool>)> = RefCell::new((0, HashMap::new()));
+    /// The answers, and the stamp they were looked up at.
+    static ANSWERS: RefCell<(u64, Answers)> = RefCell::new((0, HashMap::new()));
     /// idem.tenant_grants and its primary key (InvalidOid until looked up), and the generation
     /// of `Depends::TenantGrants` they were found at.
     static GRANTS_RELATION: Cell<(u64, pg_sys::Oid, pg_sys::Oid)> =
