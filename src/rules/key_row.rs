@@ -77,6 +77,12 @@ pub mod in_sql {
         )
     }
 
+    /// `after(now, ttl)` for the row's own ttl: the same instant for every ttl pg_idem stores
+    /// (microseconds only, `crate::pg::time::interval`).
+    pub fn ttl_after(t: &str, now: &str) -> String {
+        format!("{now} OPERATOR(pg_catalog.+) {t}.ttl")
+    }
+
     pub fn is_purgeable(t: &str, now: &str) -> String {
         format!("{} AND {}", is_expired(t, now), lease_is_not_live(t, now))
     }

@@ -428,7 +428,7 @@ fn purge_batch_sql(table: &str) -> String {
              RETURNING 1), \
          rearmed AS ( \
              UPDATE {table} AS k \
-                SET purge_after = LEAST(k.expires_at, $1 OPERATOR(pg_catalog.+) k.ttl) \
+                SET purge_after = LEAST(k.expires_at, {rearmed_at}) \
               WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT b.row_id FROM batch AS b WHERE NOT b.purgeable)) \
                 AND NOT ({k}) \
              RETURNING 1) \
@@ -436,6 +436,7 @@ fn purge_batch_sql(table: &str) -> String {
                 (SELECT pg_catalog.count(*) FROM rearmed), (SELECT pg_catalog.max(b.purge_after) FROM batch AS b)",
         c = purgeable("c"),
         k = purgeable("k"),
+        rearmed_at = in_sql::ttl_after("k", "$1"),
     )
 }
 
@@ -579,6 +580,37 @@ mod tests {
     use super::*;
     use crate::rules::key_row::KeyRow;
     use pgrx::prelude::*;
+
+    /// The purge re-arms a row at its ttl from now in SQL: the instant `after` gives in Rust, for
+    /// the intervals pg_idem stores, whatever the session's time zone.
+    #[pg_test]
+    fn a_ttl_added_in_sql_is_the_ttl_added_in_rust() {
+        Spi::run("SET LOCAL TimeZone = 'America/New_York'").unwrap();
+        // 2026-03-08 06:59:59 UTC: one second before the clocks change in New York
+        let now: Micros = 826_268_399_000_000;
+        let sql = format!(
+            "SELECT {} OPERATOR(pg_catalog.=) $3 FROM (SELECT $2::pg_catalog.interval AS ttl) AS k",
+            in_sql::ttl_after("k", "$1")
+        );
+        for ttl_us in [
+            1,
+            1_000_000,
+            3_600_000_000,
+            86_400_000_000,
+            7 * 86_400_000_000,
+        ] {
+            let expected = crate::rules::key_row::after(now, ttl_us);
+            let same = Spi::get_one_with_args::<bool>(
+                &sql,
+                &[
+                    timestamptz_arg(now),
+                    interval_arg(ttl_us),
+                    timestamptz_arg(expected),
+                ],
+            );
+            assert_eq!(same, Ok(Some(true)), "ttl of {ttl_us} us");
+        }
+    }
 
     /// The purge and the key statistics test rows in SQL (`rules::key_row::in_sql`), the claims
     /// in Rust (`KeyRow`): each condition agrees with its method at and around every boundary.
