@@ -249,3 +249,45 @@ fn an_open_purge_holds_no_other_tenants_keys() {
     );
     amcheck(&mut server.client());
 }
+
+/// idem.tenant_grants' primary key rebuilt by a DBA on other columns, or as a partial index:
+/// the grants are read without it, and hold as before (no internal error, no grant missed).
+#[test]
+fn grants_hold_whatever_index_is_named_like_their_primary_key() {
+    let server = Server::start(&[]);
+    setup(&server);
+    for (i, index) in [
+        "CREATE UNIQUE INDEX tenant_grants_pkey ON idem.tenant_grants (role pg_catalog.oid_ops, tenant)",
+        "CREATE INDEX tenant_grants_pkey ON idem.tenant_grants (role pg_catalog.oid_ops)",
+        "CREATE UNIQUE INDEX tenant_grants_pkey ON idem.tenant_grants (tenant, role pg_catalog.oid_ops) \
+         WHERE tenant <> 'bank'",
+        "CREATE UNIQUE INDEX tenant_grants_pkey ON idem.tenant_grants \
+         (tenant COLLATE \"C\", role pg_catalog.oid_ops)",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        server
+            .client()
+            .batch_execute(&format!(
+                "ALTER TABLE idem.tenant_grants DROP CONSTRAINT IF EXISTS tenant_grants_pkey; \
+                 DROP INDEX IF EXISTS idem.tenant_grants_pkey; {index}"
+            ))
+            .unwrap();
+        let mut bank = server.client_as("bank_app");
+        let order = format!("order-{i}");
+        let c = try_claim(&mut bank, "bank", &order, "h", None, None).map(|c| c.outcome);
+        assert_eq!(
+            c.as_ref().map_err(sqlstate),
+            Ok(&"claimed".to_string()),
+            "{index}: bank_app's own tenant"
+        );
+        let mut mallory = server.client_as("mallory");
+        let denied = try_claim(&mut mallory, "bank", &order, "h", None, None);
+        assert_eq!(
+            denied.map(|c| c.outcome).map_err(|e| sqlstate(&e)),
+            Err("42501".to_string()),
+            "{index}: mallory on bank"
+        );
+    }
+}

@@ -164,6 +164,8 @@ impl Layout {
                     let form = &*(*index).rd_index;
                     let keys =
                         &(&(*info).ii_IndexAttrNumbers)[..(*info).ii_NumIndexKeyAttrs as usize];
+                    // a primary key has its columns' own collations and default operator
+                    // classes: PostgreSQL refuses any other index as one
                     form.indisprimary
                         && form.indisvalid
                         && keys.len() == columns.len()
@@ -961,6 +963,15 @@ pub fn scan_latest_by_text(
         let mut nulls = vec![true; natts];
         let mut scan_key = text_equals((position + 1) as pg_sys::AttrNumber, collation, key);
         let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+        // an index a DBA rebuilt on other columns, with another collation or operator class,
+        // or partial, could miss rows: the table is read whole instead
+        let attno = (position + 1) as pg_sys::AttrNumber;
+        let index = if index != pg_sys::InvalidOid && searches_all_rows_by(index, attno, collation)
+        {
+            index
+        } else {
+            pg_sys::InvalidOid
+        };
         let use_index = index != pg_sys::InvalidOid;
         let scan = pg_sys::systable_beginscan(rel, index, use_index, snapshot, 1, &mut scan_key);
         loop {
@@ -990,6 +1001,32 @@ pub fn scan_latest_by_text(
     }
 }
 
+/// Whether the index `index` (of a table open in this transaction) finds every row whose column
+/// `attno` equals a text value: valid, not partial, and its first key column ordering text as
+/// that column does.
+///
+/// SAFETY: called inside a transaction; `index` is the OID of an index (a missing one gives
+/// false).
+unsafe fn searches_all_rows_by(
+    index: pg_sys::Oid,
+    attno: pg_sys::AttrNumber,
+    collation: pg_sys::Oid,
+) -> bool {
+    // SAFETY: try_index_open returns NULL for an index dropped meanwhile; the lock is the one a
+    // SELECT takes, kept to the end of the transaction; rd_index is its pg_index row.
+    unsafe {
+        let rel = pg_sys::try_index_open(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        if rel.is_null() {
+            return false;
+        }
+        let usable = (*(*rel).rd_index).indisvalid
+            && pg_sys::RelationGetIndexPredicate(rel).is_null()
+            && orders_text_as_column(rel, 0, attno, collation);
+        pg_sys::index_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+        usable
+    }
+}
+
 /// SAFETY: `index` is an open index and `info` its IndexInfo.
 unsafe fn check_index(
     index: pg_sys::Relation,
@@ -1011,6 +1048,35 @@ unsafe fn check_index(
         }
     }
     Ok(())
+}
+
+/// Whether key column `position` (0-based) of the open btree `index` orders and equates text as
+/// the table's column `attno` does: that very column (not an expression), the default text
+/// operator family, and the column's own collation. Another collation or a pattern operator
+/// class may sort, or even equate, values otherwise, and a search through it could miss a row.
+///
+/// SAFETY: `index` is an open index relation.
+unsafe fn orders_text_as_column(
+    index: pg_sys::Relation,
+    position: usize,
+    attno: pg_sys::AttrNumber,
+    collation: pg_sys::Oid,
+) -> bool {
+    // SAFETY: the caller's promise; rd_index, rd_opfamily and rd_indcollation have one entry per
+    // key column, checked against indnkeyatts first.
+    unsafe {
+        let form = &*(*index).rd_index;
+        position < form.indnkeyatts as usize
+            && (*(*index).rd_rel).relam == pg_sys::BTREE_AM_OID
+            && *form
+                .indkey
+                .values
+                .as_slice(position + 1)
+                .get_unchecked(position)
+                == attno
+            && *(*index).rd_opfamily.add(position) == pg_sys::TEXT_BTREE_FAM_OID
+            && *(*index).rd_indcollation.add(position) == collation
+    }
 }
 
 /// The OIDs of a list of OIDs.
