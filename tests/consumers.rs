@@ -725,3 +725,41 @@ fn every_message_has_exactly_one_effect_under_redelivery_rollbacks_and_kills() {
     );
     amcheck(&mut admin);
 }
+
+/// A batch counts each answer as single calls would: new messages, duplicates (a key repeated
+/// in the batch included), takeovers, and, when a key held by an attempt stops it, what it
+/// answered before that key and the in_progress that stopped it.
+#[test]
+fn batches_count_every_answer() {
+    let server = Server::start(&[]);
+    let mut db = server.client();
+    let counters = |db: &mut Client, tenant: &str| -> Vec<i64> {
+        db.query_one(
+            "SELECT consumed, consume_duplicates, takeovers, in_progress \
+               FROM idem_tenant_counters() WHERE tenant = $1",
+            &[&tenant],
+        )
+        .map(|r| (0..4).map(|i| r.get(i)).collect())
+        .unwrap_or_default()
+    };
+    assert!(consume(&mut db, "tally", "old").unwrap());
+    // a claim whose lease passed: the batch takes it over
+    claim_with(&mut db, "tally", "stalled", "", "1 ms", None);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let new = consume_many(&mut db, "tally", &["a", "old", "b", "a", "stalled"]);
+    assert_eq!(new, ["a", "b", "stalled"]);
+    // consumed 1 + 3, duplicates 2 (old, the repeated a), one takeover
+    assert_eq!(counters(&mut db, "tally"), [4, 2, 1, 0]);
+    // a committed claim under a live lease stops the next batch at its key: c and the
+    // duplicate b were answered first
+    claim_with(&mut db, "tally", "held", "", "10 min", None);
+    let stopped = db.query(
+        "SELECT k FROM idem_consume_many('tally', ARRAY['c', 'b', 'held', 'd']) AS k",
+        &[],
+    );
+    assert_eq!(
+        stopped.map_err(|e| sqlstate(&e)).err().as_deref(),
+        Some("55P03")
+    );
+    assert_eq!(counters(&mut db, "tally"), [5, 3, 1, 1]);
+}

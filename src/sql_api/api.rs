@@ -18,7 +18,7 @@ use crate::sql_api::calls::{
     claim_request, count_outcome, fenced_target, lease_and_ttl, under_fence, ClaimRow,
 };
 use crate::sql_api::tenants;
-use crate::stats;
+use crate::stats::{self, Tally};
 use crate::store;
 
 #[pg_extern(sql = false)]
@@ -38,7 +38,9 @@ fn idem_claim(
     // returns, so 'm is this call.
     let memory = unsafe { CallMemory::current() };
     let outcome = store::claim(memory, &request, clock());
-    count_outcome(tenant, &outcome);
+    let mut tally = Tally::default();
+    count_outcome(&mut tally, &outcome);
+    tally.record(tenant);
     // built after SPI is gone: the row must live in the caller's memory context
     ClaimRow::of(outcome).into_record(fcinfo)
 }

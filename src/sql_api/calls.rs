@@ -14,7 +14,7 @@ use crate::rules::fenced::FencedTimes;
 use crate::rules::{ClaimOutcome, ClaimRequest, Fenced, FencedChange, Refused, State};
 use crate::sql_api::args::{self, check};
 use crate::sql_api::tenants;
-use crate::stats::{self, Event};
+use crate::stats::{self, Event, Tally};
 use crate::store;
 
 /// lease and ttl of a claim in microseconds, from the arguments or the settings.
@@ -43,12 +43,12 @@ pub fn claim_request<'a>(
     }
 }
 
-/// Counts a claim's outcome in the statistics.
-pub fn count_outcome(tenant: &str, outcome: &ClaimOutcome<'_>) {
+/// Counts a claim's outcome (recorded with the call's other events by `Tally::record`).
+pub fn count_outcome(tally: &mut Tally, outcome: &ClaimOutcome<'_>) {
     let event = match outcome {
         ClaimOutcome::Claimed { takeover, .. } => {
             if *takeover {
-                stats::record(tenant, Event::Takeover);
+                tally.add(Event::Takeover);
             }
             Event::Claimed
         }
@@ -58,7 +58,7 @@ pub fn count_outcome(tenant: &str, outcome: &ClaimOutcome<'_>) {
         ClaimOutcome::Mismatch => Event::Mismatch,
         ClaimOutcome::StaleKey => Event::StaleKey,
     };
-    stats::record(tenant, event);
+    tally.add(event);
 }
 
 /// The row idem_claim returns (type idem_claim_result), and idem_claim_many after the key; what

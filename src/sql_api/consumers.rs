@@ -20,19 +20,20 @@ use crate::rules::{ConsumeRequest, Consumed, Fenced, FencedChange, State};
 use crate::sql_api::args::{self, check};
 use crate::sql_api::calls::{fenced_target, unless_refused};
 use crate::sql_api::tenants;
-use crate::stats::{self, Event};
+use crate::stats::{self, Event, Tally};
 use crate::store;
 
 /// Counts what a consume found.
-fn record(tenant: &str, consumed: Consumed) {
+/// Counts what a consume found.
+fn count(tally: &mut Tally, consumed: Consumed) {
     match consumed {
         Consumed::New { takeover } => {
             if takeover {
-                stats::record(tenant, Event::Takeover);
+                tally.add(Event::Takeover);
             }
-            stats::record(tenant, Event::Consumed);
+            tally.add(Event::Consumed);
         }
-        Consumed::Duplicate => stats::record(tenant, Event::ConsumeDuplicate),
+        Consumed::Duplicate => tally.add(Event::ConsumeDuplicate),
     }
 }
 
@@ -54,7 +55,9 @@ fn idem_consume(tenant: Option<&str>, key: Option<&str>, ttl: Option<Interval>) 
         stats::record(tenant, Event::InProgress);
         held.raise()
     });
-    record(tenant, consumed);
+    let mut tally = Tally::default();
+    count(&mut tally, consumed);
+    tally.record(tenant);
     matches!(consumed, Consumed::New { .. })
 }
 
@@ -129,16 +132,20 @@ fn idem_consume_many<'a>(
         answers
     });
     let mut new = Vec::new();
+    let mut tally = Tally::default();
     for (request, answer) in requests.iter().zip(answers) {
         let consumed = answer.unwrap_or_else(|held| {
-            stats::record(tenant, Event::InProgress);
+            // what the batch found before is counted too, as a single call each would have been
+            tally.add(Event::InProgress);
+            tally.record(tenant);
             held.raise()
         });
-        record(tenant, consumed);
+        count(&mut tally, consumed);
         if matches!(consumed, Consumed::New { .. }) {
             new.push(request.key.to_string());
         }
     }
+    tally.record(tenant);
     SetOfIterator::new(new)
 }
 

@@ -14,6 +14,7 @@ use crate::sql_api::calls::{
     claim_request, count_outcome, fenced_target, lease_and_ttl, under_fence, ClaimRow,
 };
 use crate::sql_api::tenants;
+use crate::stats::Tally;
 use crate::store;
 
 /// The keys and request hashes of a batch, checked: same length, no NULLs, within the limit.
@@ -115,14 +116,16 @@ fn idem_claim_many<'a>(
     let outcomes: Vec<ClaimOutcome<'a>> = store::with_store(memory, |store| {
         requests.iter().map(|r| store.claim(r, now)).collect()
     });
+    let mut tally = Tally::default();
     let rows: Vec<_> = requests
         .iter()
         .zip(outcomes)
         .map(|(request, outcome)| {
-            count_outcome(tenant, &outcome);
+            count_outcome(&mut tally, &outcome);
             ClaimRow::of(outcome).with_key(request.key)
         })
         .collect();
+    tally.record(tenant);
     TableIterator::new(rows)
 }
 

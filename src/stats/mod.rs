@@ -14,4 +14,4 @@ mod counters;
 mod counts;
 mod functions;
 
-pub use counters::{init_shared_memory, record, record_purged, Event};
+pub use counters::{init_shared_memory, record, record_purged, Event, Tally};
