@@ -7,7 +7,7 @@
 //! a killed backend takes the record with it and the redelivery is new again. A duplicate whose
 //! first delivery is still in flight waits for that transaction (as INSERT ... ON CONFLICT
 //! does) and gets a definite answer: a consumer never acknowledges a message that ends up
-//! unprocessed. The rule is `store::plan_consume`.
+//! unprocessed. The rule is `rules::consumes::plan_consume`.
 
 use pgrx::datum::{Array, Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;

@@ -115,7 +115,7 @@ pub struct Keys {
     catalog: Rc<Catalog>,
 }
 
-/// Opens idem.keys for the engine path, or None when the executor path must run; raises 55000
+/// Opens idem.keys for the engine path, or None when the SPI path must run; raises 55000
 /// when one of pg_idem's own columns was changed.
 pub fn open() -> Option<Keys> {
     // SAFETY: a plain read of shared state.
@@ -483,7 +483,7 @@ pub fn claim<'m>(
 // Consumed messages
 // ---------------------------------------------------------------------------------------------
 
-/// Records the message `request.key` as processed unless it was (see `rules::plan_consume`).
+/// Records the message `request.key` as processed unless it was (see `rules::consumes::plan_consume`).
 /// Another transaction writing the key is waited for, as INSERT ... ON CONFLICT waits for a
 /// conflicting insert: only its outcome tells whether the message is new.
 pub fn consume(

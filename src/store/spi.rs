@@ -358,7 +358,7 @@ pub fn forget(client: &Client<'_, '_>, tenant: &str, key: &str) -> bool {
 // Consumed messages
 // ---------------------------------------------------------------------------------------------
 
-/// Records the message as processed unless it was (see `rules::plan_consume`). The key lock is
+/// Records the message as processed unless it was (see `rules::consumes::plan_consume`). The key lock is
 /// waited for (a transaction claiming, finishing or consuming the key holds it until it ends),
 /// then the row lock (FOR NO KEY UPDATE): the decision is made on what they left, as INSERT ...
 /// ON CONFLICT waits for a conflicting insert. A read-only transaction (a hot standby) answers a
