@@ -114,6 +114,24 @@ fn expired_keys_vanish_within_two_intervals_and_live_ones_stay() {
         .map(|r| r.get(0))
         .collect();
     assert_eq!(kinds, vec!["pg_idem launcher", "pg_idem purge"]);
+    // the worker's deletions reach the table statistics while it runs on (autovacuum and
+    // pg_stat_user_tables count them), not only when it exits
+    wait_for(
+        "the purged keys in pg_stat_user_tables",
+        Duration::from_secs(10),
+        || {
+            db.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+            let deleted: i64 = db
+                .query_one(
+                    "SELECT n_tup_del FROM pg_stat_user_tables \
+                      WHERE schemaname = 'idem' AND relname = 'keys'",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            deleted >= 2001
+        },
+    );
 }
 
 #[test]

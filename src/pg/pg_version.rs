@@ -144,3 +144,19 @@ pub unsafe fn publications_allow_update_and_delete(rel: pg_sys::Relation) -> boo
         valid
     }
 }
+
+/// Sends this process's pending table statistics (rows inserted, updated, deleted) to the
+/// cumulative statistics, as a backend does when it goes idle: a background worker that never
+/// does keeps its counts until it exits, so autovacuum and pg_stat_user_tables would not see
+/// them. `force`: even if the last report was moments ago (otherwise at most about once a
+/// second). Called outside a transaction.
+pub fn report_table_statistics(force: bool) {
+    // SAFETY: called between transactions in a process connected to a database; the function
+    // only flushes this process's own pending counts.
+    unsafe {
+        #[cfg(feature = "pg14")]
+        pg_sys::pgstat_report_stat(force);
+        #[cfg(not(feature = "pg14"))]
+        let _ = pg_sys::pgstat_report_stat(force);
+    }
+}

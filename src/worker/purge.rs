@@ -190,6 +190,8 @@ fn purge_pass(state: &mut StateWriter, database: &str) -> bool {
             })
         });
         crate::stats::record_purged(done.deleted);
+        // the rows it deleted count towards autovacuum and pg_stat_user_tables from now on
+        crate::pg::pg_version::report_table_statistics(!done.more);
         keys += done.deleted;
         batches += 1;
         cursor = done.cursor;
