@@ -580,9 +580,12 @@ def render(out: Path, results: dict) -> None:
              "(ANALYZE)` and `CHECKPOINT`. Nothing is purged during the runs (`pg_idem.purge_interval = 0`).")
     L.append("")
     L.append("Reads per transaction: blocks read into shared buffers (from the kernel: page cache or disk) for "
-             "the side's table, heap and indexes (`pg_statio_user_tables`/`_indexes`), and all relation reads of "
-             "client backends in `pg_stat_io` (the business table `payments` included); disk KB/txn is the "
-             "machine's whole-disk reads (`/proc/diskstats`) divided by the run's transactions.")
+             "the side's table, heap (with its FSM and visibility map forks) and indexes "
+             "(`pg_statio_user_tables`/`_indexes`: every process, autovacuum included), and all relation reads "
+             "of client backends only in `pg_stat_io` (the business table `payments` included); disk KB/txn is "
+             "the machine's whole-disk reads (`/proc/diskstats`) divided by the run's transactions. A heap or "
+             "index figure well above the pg_stat_io one comes from an autovacuum that ran during the run "
+             "(see the autovacuum count under each step).")
     L.append("")
     for step in results.get("steps", []):
         summ = step.get("summary") or summarize_step(step)

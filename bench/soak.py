@@ -319,6 +319,14 @@ def render(out: Path, results: dict) -> None:
         pj = results.get("purge_end", {})
         cl = results.get("cleanup", {})
         L.append(f"- purge worker: {pj.get('passes', 0)} passes, {pj.get('keys', 0):,} keys deleted during the run")
+        pc = results.get("purge_stats_check")
+        if pc:
+            b, e = pc["before_exit"], pc["after_exit"]
+            L.append(f"- the purge worker's deletions in the statistics: `n_tup_del` of idem.keys {b['n_tup_del']:,} "
+                     f"(n_live_tup {b['n_live_tup']:,}, n_dead_tup {b['n_dead_tup']:,}) while it ran; after "
+                     f"`pg_terminate_backend` of the worker ({pc['terminated']} process), 3 s later: {e['n_tup_del']:,} "
+                     f"(n_live_tup {e['n_live_tup']:,}, n_dead_tup {e['n_dead_tup']:,}); it had deleted "
+                     f"{pc['purge_worker_keys'] or 0:,} keys")
         L.append(f"- clean-up job: {cl.get('ticks', 0)} runs, {cl.get('deleted', 0):,} rows deleted, "
                  f"{cl.get('seconds_median', 0) * 1000:.0f} ms median per run (max {cl.get('seconds_max', 0) * 1000:.0f} ms)")
         L.append("")
@@ -498,6 +506,20 @@ def main(argv=None) -> int:
                 problems.append(f"payments inserts {d.get('payments')} != transactions {n_idem + n_hand}")
         st = S[-1].get("purge", {})
         results["purge_end"] = st
+        # Does the purge worker report its deletions to the statistics? n_tup_del of idem.keys
+        # before and after the worker exits (a process's pending table statistics are flushed by
+        # pgstat_report_stat(), or at exit); the launcher starts it again.
+        q = "SELECT n_tup_del, n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relid = 'idem.keys'::regclass"
+        before = [int(x) for x in server.rows(q)[0]]
+        n_term = int(server.value("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                  "WHERE backend_type = 'pg_idem purge'"))
+        time.sleep(3.0)
+        after = [int(x) for x in server.rows(q)[0]]
+        results["purge_stats_check"] = {"purge_worker_keys": st.get("keys"), "terminated": n_term,
+                                        "before_exit": dict(zip(["n_tup_del", "n_live_tup", "n_dead_tup"], before)),
+                                        "after_exit": dict(zip(["n_tup_del", "n_live_tup", "n_dead_tup"], after))}
+        log(f"purge worker statistics: n_tup_del {before[0]:,} before it exits, {after[0]:,} after "
+            f"(it deleted {st.get('keys', 0):,} keys)")
         if not st.get("keys"):
             problems.append("the purge worker deleted no key")
         problems += [f"clean-up job: {e}" for e in job.errors]
