@@ -556,7 +556,10 @@ def render(out: Path, results: dict) -> None:
              f"{so.get('profile_guess', '?')}, built {so.get('mtime', '?')}")
     L.append(f"- machine: {env.get('cpus')} CPUs ({env.get('cpu_model')}), {env.get('memory_gib')} GiB RAM, kernel {env.get('kernel')}")
     st = env.get("settings", {})
-    L.append("- settings: " + ", ".join(f"`{k} = {v}`" for k, v in st.items()
+    a = results.get("args", {})
+    L.append(("- settings of the server as started (it did the pre-fill; the memory-limited server below ran "
+              f"with `shared_buffers = {a.get('limited_shared_buffers')}`): " if a.get("memory_limit") else "- settings: ")
+             + ", ".join(f"`{k} = {v}`" for k, v in st.items()
                                         if k in ("shared_buffers", "shared_preload_libraries", "fsync",
                                                  "synchronous_commit", "max_wal_size", "checkpoint_timeout",
                                                  "pg_idem.purge_interval", "lc_collate", "jit")))
@@ -595,6 +598,11 @@ def render(out: Path, results: dict) -> None:
         if step.get("fill_seconds"):
             L.append("Pre-fill: " + ", ".join(f"{t} {s:.0f} s" for t, s in step["fill_seconds"].items())
                      + f"; VACUUM (ANALYZE) {step.get('vacuum_seconds', 0):.0f} s. shared_buffers {step.get('shared_buffers')}.")
+            if step["group"] == "request":
+                L.append("Caveat: pre-filled idem.keys pages keep room for one narrow claim row each (fillfactor 95, "
+                         "final rows only), so new claims land in pre-filled pages: pg_idem's heap reads and WAL per "
+                         "transaction in this step are higher than in a table grown by real calls (bench/README.md, "
+                         "*What the pre-fill does not reproduce*; `bench/fill_layout.py`).")
             rw = step.get("row_width") or {}
             if rw:
                 L.append("Row bytes (`pg_column_size`), a real call's row vs a pre-filled row: "
