@@ -361,7 +361,7 @@ def render(out: Path, results: dict) -> None:
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description="steady-state soak: idem_consume + purge worker vs the hand-written inbox + clean-up job")
-    p.add_argument("--smoke", action="store_true", help="45 s, ttl 5 s, purge every 1 s (< 1 min)")
+    p.add_argument("--smoke", action="store_true", help="40 s, ttl 5 s, purge every 1 s (< 1 min)")
     p.add_argument("--pg", help="PostgreSQL major version (pg_idem installed into it)")
     p.add_argument("--out", help="output directory (default bench/out/soak)")
     p.add_argument("--minutes", type=float, help="length of the load (default 30)")
@@ -380,7 +380,7 @@ def parse_args(argv):
     a = p.parse_args(argv)
     full = dict(minutes=30, rate=300, ttl="60s", purge_interval="5s", cleanup_every=5, sample=15,
                 out=str(BENCH_DIR / "out" / "soak"))
-    smoke = dict(minutes=0.75, rate=100, ttl="5s", purge_interval="1s", cleanup_every=1, sample=5,
+    smoke = dict(minutes=0.67, rate=100, ttl="5s", purge_interval="1s", cleanup_every=1, sample=5,
                  out=str(BENCH_DIR / "out" / "soak-smoke"))
     for k, v in (smoke if a.smoke else full).items():
         if getattr(a, k) is None:
