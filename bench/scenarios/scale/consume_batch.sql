@@ -1,0 +1,16 @@
+-- scale variant of ../consume_batch.sql: the 100 message ids are UUIDs,
+-- bench_uuid(:kind, seed || '-' || g, now()) (bench/scale_schema.sql), the same array as
+-- scale/inbox_batch.sql. Same sanity check: 1 / (count = 100).
+\set sub random(1, 10)
+\set seed random(1, 9223372036854775807)
+\set amount random(100, 99999)
+BEGIN;
+WITH new AS (
+    SELECT * FROM idem_consume_many('sub-' || :sub::int,
+                                    ARRAY(SELECT bench_uuid(:kind, :seed::text || '-' || g, now()) FROM generate_series(1, 100) AS g)) AS m(message_id)),
+paid AS (
+    INSERT INTO payments (tenant, idem_key, amount_cents, currency)
+    SELECT 'sub-' || :sub::int, message_id, :amount, 'EUR' FROM new
+    RETURNING 1)
+SELECT 1 / (count(*) = 100)::int AS ok FROM paid \gset
+END;
