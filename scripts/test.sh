@@ -262,6 +262,8 @@ for major in "${versions[@]}"; do
         # Prometheus: postgres_exporter with monitoring/'s queries as a pg_monitor role, the alerts
         step monitoring with_pg 15 monitoring/test.sh
         step bench-smoke with_pg 15 python3 bench/run.py --smoke --out "$root/target/bench-smoke"
+        step bench-scale-smoke with_pg 15 python3 bench/scale.py --smoke --pg 15 --out "$root/target/bench-scale-smoke"
+        step bench-soak-smoke with_pg 15 python3 bench/soak.py --smoke --pg 15 --out "$root/target/bench-soak-smoke"
     fi
 done
 if [[ " ${versions[*]} " == *" 15 "* ]]; then
