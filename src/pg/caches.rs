@@ -63,20 +63,18 @@ fn bump(depends: Depends) {
 /// errors nor reads the catalogs.
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn on_relcache_invalidation(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
-    let moved: Vec<Depends> = WATCHED.with(|w| {
-        w.borrow()
-            .iter()
-            .filter(|(watched, _)| relid == pg_sys::InvalidOid || *watched == relid)
-            .map(|(_, depends)| *depends)
-            .collect()
-    });
     if relid == pg_sys::InvalidOid {
+        // the whole relcache was reset: every dependency on relations moves
         bump(Depends::Relations);
         bump(Depends::TenantGrants);
+        return;
     }
-    for depends in moved {
-        bump(depends);
-    }
+    // runs for every relation invalidated in this backend: no allocation, no other work
+    WATCHED.with(|w| {
+        for (_, depends) in w.borrow().iter().filter(|(watched, _)| *watched == relid) {
+            bump(*depends);
+        }
+    });
 }
 
 /// SAFETY: called by PostgreSQL's invalidation machinery with the id of the syscache whose
