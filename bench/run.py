@@ -703,7 +703,7 @@ def run_sizes_and_purge(server: Server, args, workdir: str, results: dict) -> li
     problems += [f"latency baseline: {e}" for e in r0.errors]
     purge["baseline_p50_ms"], purge["baseline_p99_ms"] = r0.p50_ms, r0.p99_ms
 
-    expired = int(server.value("SELECT count(*) FROM idem.keys WHERE expires_at < now()"))
+    expired = int(server.value("SELECT count(*) FROM idem.keys WHERE coalesce(expires_at, purge_after) < now()"))
     status0 = purge_status(server)
     purge["during_cal_ms"] = calibrate(server)
     server.execute("CHECKPOINT;")

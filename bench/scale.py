@@ -170,8 +170,13 @@ BEGIN
   PERFORM idem_consume('sub-1', 'scale-template');
 END
 $$;
-CREATE TABLE scale_tmpl_request AS SELECT * FROM idem.keys WHERE tenant = 't1' AND key = 'scale-template';
-CREATE TABLE scale_tmpl_consume AS SELECT * FROM idem.keys WHERE tenant = 'sub-1' AND key = 'scale-template';
+-- base: the instant each template row was written at, from which its times are offsets (a
+-- consumed message stores no claimed_at since 0.5.0: its purge_after is its expiry, ttl after it)
+CREATE TABLE scale_tmpl_request AS SELECT k.*, k.claimed_at AS base FROM idem.keys AS k
+ WHERE tenant = 't1' AND key = 'scale-template';
+CREATE TABLE scale_tmpl_consume AS
+SELECT k.*, k.purge_after - current_setting('pg_idem.ttl')::interval AS base FROM idem.keys AS k
+ WHERE tenant = 'sub-1' AND key = 'scale-template';
 DELETE FROM idem.keys WHERE key = 'scale-template';
 """)
 
@@ -188,7 +193,7 @@ def fill_sql(sc: str, kind: int, lo: int, hi: int, n: int) -> str:
     if sc == "pg_idem":
         return f"""INSERT INTO idem.keys (fence, claimed_at, lease_expires_at, expires_at, purge_after, ttl, attempt,
     response_code, state, tenant, key, request_hash, response_body, checkpoint_phase, checkpoint_data)
-SELECT t.fence, {ts}, t.lease_expires_at, {ts} + (t.expires_at - t.claimed_at), {ts} + (t.purge_after - t.claimed_at),
+SELECT t.fence, {ts} + (t.claimed_at - t.base), t.lease_expires_at, {ts} + (t.expires_at - t.base), {ts} + (t.purge_after - t.base),
        t.ttl, t.attempt, t.response_code, t.state, 't' || (g % 100 + 1), {key}, t.request_hash, {body},
        t.checkpoint_phase, t.checkpoint_data
   FROM scale_tmpl_request AS t, {gs};"""
@@ -199,7 +204,7 @@ SELECT 't' || (g % 100 + 1), {key}, '{REQUEST_HASH}', 'completed', 201, {body}, 
     if sc in ("consume", "consume_batch"):
         return f"""INSERT INTO idem.keys (fence, claimed_at, lease_expires_at, expires_at, purge_after, ttl, attempt,
     response_code, state, tenant, key, request_hash, response_body, checkpoint_phase, checkpoint_data)
-SELECT t.fence, {ts}, t.lease_expires_at, {ts} + (t.expires_at - t.claimed_at), {ts} + (t.purge_after - t.claimed_at),
+SELECT t.fence, {ts} + (t.claimed_at - t.base), t.lease_expires_at, {ts} + (t.expires_at - t.base), {ts} + (t.purge_after - t.base),
        t.ttl, t.attempt, t.response_code, t.state, 'sub-' || (g % 10 + 1), {key}, t.request_hash, t.response_body,
        t.checkpoint_phase, t.checkpoint_data
   FROM scale_tmpl_consume AS t, {gs};"""

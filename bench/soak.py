@@ -127,8 +127,8 @@ SELECT pg_relation_size('{t}'), pg_table_size('{t}'), pg_indexes_size('{t}'),
             f"WHERE indrelid = '{t}'::regclass ORDER BY 1")}
         if t == "idem.keys":
             lag, n = server.rows("""
-SELECT coalesce(extract(epoch FROM now() - min(expires_at)), 0), count(*)
-  FROM idem.keys WHERE purge_after < now() AND expires_at < now()""")[0]
+SELECT coalesce(extract(epoch FROM now() - min(coalesce(expires_at, purge_after))), 0), count(*)
+  FROM idem.keys WHERE purge_after < now() AND coalesce(expires_at, purge_after) < now()""")[0]
         else:
             lag, n = server.rows(f"""
 SELECT coalesce(extract(epoch FROM (localtimestamp - interval '{ttl_s} seconds') - min(processed_at)), 0), count(*)

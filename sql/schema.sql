@@ -28,15 +28,21 @@ REVOKE ALL ON SCHEMA idem FROM PUBLIC;
 -- preload, the fences themselves.
 CREATE SEQUENCE idem.fence_seq AS bigint MINVALUE 1 NO CYCLE;
 
+-- A message recorded by idem_consume is a narrow row: it stores only its key, its state and its
+-- expiry (in purge_after), and fence, claimed_at, expires_at, ttl, attempt and request_hash are
+-- NULL (a NULL costs a bit of the null bitmap; these cost 53 bytes). Every other row has all
+-- of them. What each NULL means is said once, in src/rules/key_row.rs (MessageRows).
 CREATE TABLE idem.keys (
     -- fixed-width columns first: no alignment padding between them
-    fence            bigint      NOT NULL,
-    claimed_at       timestamptz NOT NULL,   -- start of the current attempt
+    fence            bigint,                 -- NULL in a message row (a consume hands out none)
+    claimed_at       timestamptz,            -- start of the current attempt; NULL in a message row
     lease_expires_at timestamptz,            -- NULL once completed or failed
-    expires_at       timestamptz NOT NULL,   -- past it the key counts as absent
-    purge_after      timestamptz NOT NULL,   -- indexed lower bound of expires_at, see below
-    ttl              interval    NOT NULL,   -- how long a stored response is replayed
-    attempt          integer     NOT NULL,
+    expires_at       timestamptz,            -- past it the key counts as absent; NULL in a
+                                             -- message row, whose expiry is purge_after
+    purge_after      timestamptz NOT NULL,   -- indexed lower bound of the expiry, see below
+    ttl              interval,               -- how long a stored response is replayed; NULL in
+                                             -- a message row (its expiry never moves again)
+    attempt          integer,                -- NULL in a message row: the first attempt
     response_code    integer,
     state            "char"      NOT NULL,   -- 'p' in_progress, 'c' completed, 'f' failed
     -- tenant has the database's default collation, like an application's own tenant column:
@@ -44,7 +50,8 @@ CREATE TABLE idem.keys (
     -- primary key compares bytes either way: default collations are deterministic)
     tenant           text        NOT NULL,
     key              text COLLATE "C" NOT NULL,
-    request_hash     bytea       NOT NULL,   -- first 16 bytes of SHA-256(the caller's request_hash)
+    request_hash     bytea,                  -- first 16 bytes of SHA-256(the caller's request_hash);
+                                             -- NULL in a message row: the empty fingerprint's
     response_body    jsonb,
     checkpoint_phase text,
     checkpoint_data  jsonb,
@@ -66,7 +73,8 @@ CREATE TABLE idem.keys (
 
 -- The purge walks this index. It is keyed on purge_after, never on expires_at, because
 -- idem_complete moves expires_at and an index on it would make every complete a non-HOT update.
--- Invariant: purge_after <= expires_at, and only the purge itself moves purge_after forward.
+-- Invariant: purge_after <= expires_at, and only the purge itself moves purge_after forward;
+-- in a message row (expires_at NULL) purge_after is the expiry itself, set once.
 CREATE INDEX keys_purge_after_idx ON idem.keys (purge_after);
 
 COMMENT ON TABLE idem.keys IS 'pg_idem idempotency keys, one row per (tenant, key)';

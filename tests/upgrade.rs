@@ -393,3 +393,114 @@ fn privileges_a_dba_set_survive_the_update() {
         .get(0);
     assert_eq!(leftovers, 0);
 }
+
+/// 0.5.0 stores a consumed message as a narrow row (fence, claimed_at, expires_at, ttl,
+/// attempt and request_hash NULL). Under the 0.4.0 schema (NOT NULL columns) the new library
+/// still writes whole rows, on the engine and the SPI path; after the update it writes narrow
+/// ones; messages of either kind answer the same to consumes and claims, and expire and are
+/// purged alike.
+#[test]
+fn messages_consumed_before_the_update_keep_whole_rows_and_new_ones_are_narrow() {
+    // the purge worker stays paused: this test purges itself
+    let server = Server::start(&["pg_idem.purge_interval = 0"]);
+    install_released_script();
+    let mut db = server.client();
+    db.batch_execute(
+        "DROP EXTENSION pg_idem; CREATE EXTENSION pg_idem VERSION '0.1.0'; \
+         ALTER EXTENSION pg_idem UPDATE TO '0.4.0'",
+    )
+    .unwrap();
+    let consume = |db: &mut Client, key: &str, ttl: &str| -> bool {
+        db.query_one(
+            "SELECT idem_consume('acme', $1, $2::text::interval)",
+            &[&key, &ttl],
+        )
+        .unwrap()
+        .get(0)
+    };
+    // (fence, expires_at, ttl, attempt, request_hash) IS NULL, per key
+    let narrow = |db: &mut Client, key: &str| -> bool {
+        db.query_one(
+            "SELECT fence IS NULL AND claimed_at IS NULL AND expires_at IS NULL AND ttl IS NULL \
+                    AND attempt IS NULL AND request_hash IS NULL \
+               FROM idem.keys WHERE tenant = 'acme' AND key = $1",
+            &[&key],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let whole = |db: &mut Client, key: &str| -> bool {
+        db.query_one(
+            "SELECT fence IS NOT NULL AND claimed_at IS NOT NULL AND expires_at IS NOT NULL \
+                    AND ttl IS NOT NULL AND attempt IS NOT NULL AND request_hash IS NOT NULL \
+               FROM idem.keys WHERE tenant = 'acme' AND key = $1",
+            &[&key],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let spi_path =
+        "CREATE OR REPLACE FUNCTION pg_temp.touch() RETURNS trigger LANGUAGE plpgsql AS \
+                    'BEGIN RETURN NEW; END'; \
+                    CREATE TRIGGER force_spi BEFORE INSERT ON idem.keys \
+                    FOR EACH ROW EXECUTE FUNCTION pg_temp.touch()";
+    let no_spi_path = "DROP TRIGGER force_spi ON idem.keys";
+    // under 0.4.0: whole rows, on both paths
+    assert!(consume(&mut db, "old-engine", "1 hour"));
+    assert!(consume(&mut db, "old-short", "1 second"));
+    db.batch_execute(spi_path).unwrap();
+    assert!(consume(&mut db, "old-spi", "1 hour"));
+    db.batch_execute(no_spi_path).unwrap();
+    for key in ["old-engine", "old-short", "old-spi"] {
+        assert!(whole(&mut db, key), "{key} is a whole row under 0.4.0");
+    }
+    db.batch_execute("ALTER EXTENSION pg_idem UPDATE").unwrap();
+    assert_eq!(extversion(&mut db), current_version());
+    // after the update: narrow rows, on both paths
+    assert!(consume(&mut db, "new-engine", "1 hour"));
+    assert!(consume(&mut db, "new-short", "1 second"));
+    db.batch_execute(spi_path).unwrap();
+    assert!(consume(&mut db, "new-spi", "1 hour"));
+    db.batch_execute(no_spi_path).unwrap();
+    for key in ["new-engine", "new-short", "new-spi"] {
+        assert!(
+            narrow(&mut db, key),
+            "{key} is a narrow row after the update"
+        );
+    }
+    for key in ["old-engine", "old-spi", "new-engine", "new-spi"] {
+        assert!(!consume(&mut db, key, "1 hour"), "{key} was processed");
+        let row = db
+            .query_one(
+                "SELECT outcome, attempt, fence, expires_at > now() + interval '50 minutes' \
+                   FROM idem_claim('acme', $1, '')",
+                &[&key],
+            )
+            .unwrap();
+        let answer: (String, Option<i32>, Option<i64>, bool) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        assert_eq!(answer, ("completed".into(), Some(1), None, true), "{key}");
+        let mismatch: String = db
+            .query_one("SELECT outcome FROM idem_claim('acme', $1, 'h')", &[&key])
+            .unwrap()
+            .get(0);
+        assert_eq!(mismatch, "mismatch", "{key}");
+    }
+    // both kinds expire, count as expired, are purged, and are new again
+    thread::sleep(Duration::from_millis(1_200));
+    let expired: i64 = db
+        .query_one("SELECT keys_expired FROM idem_stats()", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(expired, 2);
+    let purged: i64 = db.query_one("SELECT idem_purge()", &[]).unwrap().get(0);
+    assert_eq!(purged, 2);
+    for key in ["old-short", "new-short"] {
+        assert!(
+            consume(&mut db, key, "1 hour"),
+            "{key} is new after its ttl"
+        );
+        assert!(narrow(&mut db, key), "{key} is a narrow row now");
+    }
+    amcheck(&mut db);
+}

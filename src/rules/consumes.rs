@@ -2,9 +2,8 @@
 //! (`plan_consume`), and the row it writes for a new message (`ConsumeRequest::write`).
 
 use crate::errors;
-use crate::hashing;
 use crate::pg::time::{timestamptz, Micros};
-use crate::rules::key_row::{after, Attempt, KeyRow, State};
+use crate::rules::key_row::{after, message_request_hash, Attempt, KeyRow, MessageRows, State};
 use crate::rules::row_write::{Column, RowWrite, Value};
 
 pub struct ConsumeRequest<'a> {
@@ -14,31 +13,53 @@ pub struct ConsumeRequest<'a> {
 }
 
 impl ConsumeRequest<'_> {
-    /// The request hash a consumed key stores: the empty fingerprint's, so that idem_claim
-    /// with request_hash '' replays it as completed, and any other hash is a mismatch.
-    fn request_hash() -> [u8; hashing::STORED_HASH_BYTES] {
-        hashing::stored_request_hash("")
-    }
-
     /// The row of a message consumed now: completed, kept for its ttl, no lease, no response,
-    /// no checkpoint. It hands out no fence: `fence` is the one of the row it replaces (so a
-    /// later claim's fence is still above it), 0 for a new row.
-    pub fn write(&self, now: Micros, fence: i64, attempt: Attempt) -> RowWrite<'_> {
+    /// no checkpoint, and no fence of its own (a later claim's fence is drawn above every
+    /// earlier one anyway). `Narrow`: only what a message has (`key_row::MessageRows`), its
+    /// expiry in purge_after; `Whole`: every column, for a table not updated to 0.5.0 yet.
+    /// `fence` is the one of the row it replaces, 0 for a new row.
+    pub fn write(
+        &self,
+        now: Micros,
+        fence: i64,
+        attempt: Attempt,
+        rows: MessageRows,
+    ) -> RowWrite<'_> {
         let expires_at = after(now, self.ttl_us);
-        RowWrite::new()
-            .set(Column::Fence, Value::Int8(fence))
-            .set(Column::Attempt, Value::Int4(attempt.number))
+        let common = RowWrite::new()
             .set(Column::State, Value::State(State::Completed))
-            .set(Column::RequestHash, Value::Hash(Self::request_hash()))
-            .set(Column::ClaimedAt, Value::Time(now))
             .set(Column::LeaseExpiresAt, Value::Null)
-            .set(Column::ExpiresAt, Value::Time(expires_at))
-            .lower(Column::PurgeAfter, expires_at)
-            .set(Column::Ttl, Value::Duration(self.ttl_us))
             .set(Column::ResponseCode, Value::Null)
             .set(Column::ResponseBody, Value::Null)
             .set(Column::CheckpointPhase, Value::Null)
-            .set(Column::CheckpointData, Value::Null)
+            .set(Column::CheckpointData, Value::Null);
+        match rows {
+            MessageRows::Narrow => common
+                .set(Column::ExpiresAt, Value::Null)
+                // the expiry itself, not at most it: nothing moves it again, and the purge
+                // finds the row by it
+                .set(Column::PurgeAfter, Value::Time(expires_at))
+                .set(Column::Fence, Value::Null)
+                .set(
+                    Column::Attempt,
+                    if attempt == Attempt::FIRST {
+                        Value::Null
+                    } else {
+                        Value::Int4(attempt.number)
+                    },
+                )
+                .set(Column::RequestHash, Value::Null)
+                .set(Column::ClaimedAt, Value::Null)
+                .set(Column::Ttl, Value::Null),
+            MessageRows::Whole => common
+                .set(Column::ExpiresAt, Value::Time(expires_at))
+                .lower(Column::PurgeAfter, expires_at)
+                .set(Column::Fence, Value::Int8(fence))
+                .set(Column::Attempt, Value::Int4(attempt.number))
+                .set(Column::RequestHash, Value::Hash(message_request_hash()))
+                .set(Column::ClaimedAt, Value::Time(now))
+                .set(Column::Ttl, Value::Duration(self.ttl_us)),
+        }
     }
 }
 

@@ -112,7 +112,7 @@ impl<'a> FencedChange<'a> {
                 response_body,
                 now,
             } => {
-                let expires_at = after(now, row.ttl_us);
+                let expires_at = after(now, row.ttl());
                 let write = RowWrite::new()
                     .set(Column::State, Value::State(state))
                     .set(
@@ -137,7 +137,7 @@ impl<'a> FencedChange<'a> {
                 let expires_at = row
                     .expires_at
                     .max(lease_expires_at)
-                    .max(after(now, row.ttl_us));
+                    .max(after(now, row.ttl()));
                 let write = RowWrite::new()
                     .set(Column::LeaseExpiresAt, Value::Time(lease_expires_at))
                     .set(Column::ExpiresAt, Value::Time(expires_at));
@@ -150,7 +150,7 @@ impl<'a> FencedChange<'a> {
                 )
             }
             FencedChange::Checkpoint { phase, data, now } => {
-                let expires_at = row.expires_at.max(after(now, row.ttl_us));
+                let expires_at = row.expires_at.max(after(now, row.ttl()));
                 let write = RowWrite::new()
                     .set(Column::CheckpointPhase, Value::Text(phase))
                     .set(Column::CheckpointData, data.into())

@@ -32,7 +32,7 @@ mod tests {
     use super::claims::ClaimRequest;
     use super::consumes::ConsumeRequest;
     use super::fenced::{Effect, FencedChange};
-    use super::key_row::{Attempt, KeyRow, State};
+    use super::key_row::{Attempt, KeyRow, MessageRows, State, StoredRow};
     use super::row_write::{Column, RowWrite};
     use crate::hashing;
 
@@ -60,7 +60,7 @@ mod tests {
             response_body: None,
             lease_expires_at: Some(NOW + 30 * SECOND),
             expires_at: NOW + 3600 * SECOND,
-            ttl_us: 3600 * SECOND,
+            ttl_us: Some(3600 * SECOND),
         }
     }
 
@@ -78,7 +78,143 @@ mod tests {
             key: "k",
             ttl_us: SECOND,
         };
-        assert!(consume.write(NOW, 0, Attempt::FIRST).is_whole_row());
+        for rows in [MessageRows::Narrow, MessageRows::Whole] {
+            assert!(consume.write(NOW, 0, Attempt::FIRST, rows).is_whole_row());
+        }
+    }
+
+    /// The columns a new row gets from `write`, as a back-end would store them.
+    fn stored(write: &RowWrite<'_>) -> StoredRow<'static> {
+        use super::row_write::{Assign, Value};
+        let mut row = StoredRow {
+            fence: None,
+            state: None,
+            request_hash: None,
+            attempt: None,
+            response_code: None,
+            response_body: None,
+            lease_expires_at: None,
+            expires_at: None,
+            purge_after: None,
+            ttl: None,
+        };
+        for (column, assign) in write.assignments() {
+            let value = match assign {
+                Assign::To(value) => value,
+                Assign::AtMost(bound) => Value::Time(bound),
+            };
+            match (column, value) {
+                (_, Value::Null) => {}
+                (Column::Fence, Value::Int8(v)) => row.fence = Some(v),
+                (Column::Attempt, Value::Int4(v)) => row.attempt = Some(v),
+                (Column::State, Value::State(v)) => row.state = Some(v.code()),
+                (Column::RequestHash, Value::Hash(v)) => row.request_hash = Some(v),
+                (Column::ExpiresAt, Value::Time(v)) => row.expires_at = Some(v),
+                (Column::PurgeAfter, Value::Time(v)) => row.purge_after = Some(v),
+                (Column::Ttl, Value::Duration(v)) => row.ttl = Some(v),
+                (Column::ClaimedAt, Value::Time(_)) => {}
+                (column, value) => panic!("{column:?} = {value:?} in a message row"),
+            }
+        }
+        row
+    }
+
+    /// A message stored narrow (0.5.0) reads back as the same key as one stored whole (0.4.0),
+    /// but for its ttl, which nothing reads in a finished key; claims and consumes answer the
+    /// same for both, before and after it expires.
+    #[pg_test]
+    fn a_narrow_message_row_is_the_same_key_as_a_whole_one() {
+        use super::claims::{plan, ClaimOutcome, Plan};
+        use super::consumes::{plan_consume, ConsumePlan, Consumed};
+        let consume = ConsumeRequest {
+            tenant: "t",
+            key: "k",
+            ttl_us: 60 * SECOND,
+        };
+        let takeover = Attempt {
+            number: 3,
+            takeover: true,
+        };
+        for attempt in [Attempt::FIRST, takeover] {
+            let narrow_write = consume.write(NOW, 0, attempt, MessageRows::Narrow);
+            let narrow = stored(&narrow_write);
+            assert_eq!(
+                (
+                    narrow.fence,
+                    narrow.request_hash,
+                    narrow.expires_at,
+                    narrow.ttl
+                ),
+                (None, None, None, None),
+                "a message row stores no fence, hash, expires_at or ttl"
+            );
+            let narrow = KeyRow::decode(narrow);
+            let whole = KeyRow::decode(stored(&consume.write(NOW, 0, attempt, MessageRows::Whole)));
+            assert_eq!(
+                (
+                    narrow.fence,
+                    narrow.state,
+                    narrow.request_hash,
+                    narrow.attempt
+                ),
+                (whole.fence, whole.state, whole.request_hash, whole.attempt)
+            );
+            assert_eq!(narrow.attempt, attempt.number);
+            assert_eq!(
+                (
+                    narrow.expires_at,
+                    narrow.lease_expires_at,
+                    narrow.response_code
+                ),
+                (
+                    whole.expires_at,
+                    whole.lease_expires_at,
+                    whole.response_code
+                )
+            );
+            assert_eq!(narrow.expires_at, NOW + 60 * SECOND);
+            assert_eq!((narrow.ttl_us, whole.ttl_us), (None, Some(60 * SECOND)));
+        }
+        let read = |rows| KeyRow::decode(stored(&consume.write(NOW, 0, Attempt::FIRST, rows)));
+        for rows in [MessageRows::Narrow, MessageRows::Whole] {
+            let claim = |hash: &str, now| {
+                let request = ClaimRequest {
+                    request_hash: hashing::stored_request_hash(hash),
+                    ..request()
+                };
+                match plan(Some(read(rows)), false, &request, now) {
+                    Plan::Answer(ClaimOutcome::Replay(_)) => "replay",
+                    Plan::Answer(ClaimOutcome::Mismatch) => "mismatch",
+                    Plan::Claim(a) if a == Attempt::FIRST => "claimed",
+                    _ => "other",
+                }
+            };
+            let expiry = NOW + 60 * SECOND;
+            assert_eq!(claim("", expiry), "replay", "{rows:?}");
+            assert_eq!(claim("h", expiry), "mismatch", "{rows:?}");
+            assert_eq!(claim("h", expiry + 1), "claimed", "{rows:?}");
+            let consumed = |now| match plan_consume(Some(&read(rows)), false, &consume, now) {
+                ConsumePlan::Answer(Consumed::Duplicate) => "duplicate",
+                ConsumePlan::Write(a) if a == Attempt::FIRST => "new",
+                _ => "other",
+            };
+            assert_eq!(consumed(expiry), "duplicate", "{rows:?}");
+            assert_eq!(consumed(expiry + 1), "new", "{rows:?}");
+        }
+    }
+
+    /// A row with expires_at NULL is a message row: any other state there is impossible data,
+    /// and is refused loudly.
+    #[pg_test(error = "pg_idem internal error: reading idem.keys")]
+    fn a_row_in_progress_without_expiry_is_refused() {
+        let consume = ConsumeRequest {
+            tenant: "t",
+            key: "k",
+            ttl_us: SECOND,
+        };
+        let mut row = stored(&consume.write(NOW, 0, Attempt::FIRST, MessageRows::Narrow));
+        row.state = Some(State::InProgress.code());
+        KeyRow::decode(row);
     }
 
     /// A takeover hands the last checkpoint on; every other claim starts without one.
@@ -129,7 +265,7 @@ mod tests {
                 Column::CheckpointData
             ]
         );
-        assert_eq!(times.expires_at, later + row.ttl_us);
+        assert_eq!(times.expires_at, later + row.ttl());
         assert_eq!(times.lease_expires_at, None);
 
         let lease = later + 3600 * 24 * SECOND;
@@ -164,7 +300,7 @@ mod tests {
                 Column::CheckpointData
             ]
         );
-        assert_eq!(times.expires_at, later + row.ttl_us);
+        assert_eq!(times.expires_at, later + row.ttl());
         assert_eq!(times.lease_expires_at, row.lease_expires_at);
 
         assert!(matches!(

@@ -14,12 +14,25 @@
 use pgrx::pg_sys;
 
 use crate::pg::heap::Column;
+use crate::rules::key_row::MessageRows;
+
+/// Whether one of pg_idem's columns may hold NULL.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Nulls {
+    Never,
+    Allowed,
+    /// NOT NULL until 0.4.0; NULL in a message row since 0.5.0 (`MessageRows`). Either is
+    /// recognised (a server runs the new library with the old schema until ALTER EXTENSION
+    /// pg_idem UPDATE), and decides how messages are written: all such columns allow NULL, or
+    /// none does.
+    InMessageRows,
+}
 
 /// One of pg_idem's columns of idem.keys.
 struct Expected {
     name: &'static str,
     type_oid: pg_sys::Oid,
-    not_null: bool,
+    nulls: Nulls,
     /// the database's default collation for the text columns a caller names, "C" for key
     collation: pg_sys::Oid,
     /// another collation the column may have: tenant was "C" before 0.3.0, and a server runs
@@ -28,11 +41,11 @@ struct Expected {
     also: pg_sys::Oid,
 }
 
-const fn column(name: &'static str, type_oid: pg_sys::Oid, not_null: bool) -> Expected {
+const fn column(name: &'static str, type_oid: pg_sys::Oid, nulls: Nulls) -> Expected {
     Expected {
         name,
         type_oid,
-        not_null,
+        nulls,
         collation: pg_sys::InvalidOid,
         also: pg_sys::InvalidOid,
     }
@@ -40,14 +53,14 @@ const fn column(name: &'static str, type_oid: pg_sys::Oid, not_null: bool) -> Ex
 
 const fn text(
     name: &'static str,
-    not_null: bool,
+    nulls: Nulls,
     collation: pg_sys::Oid,
     also: pg_sys::Oid,
 ) -> Expected {
     Expected {
         name,
         type_oid: pg_sys::TEXTOID,
-        not_null,
+        nulls,
         collation,
         also,
     }
@@ -58,37 +71,39 @@ const C: pg_sys::Oid = pg_sys::C_COLLATION_OID;
 
 /// idem.keys as sql/schema.sql creates it (and the upgrade scripts leave it).
 const KEYS: [Expected; 15] = [
-    column("fence", pg_sys::INT8OID, true),
-    column("claimed_at", pg_sys::TIMESTAMPTZOID, true),
-    column("lease_expires_at", pg_sys::TIMESTAMPTZOID, false),
-    column("expires_at", pg_sys::TIMESTAMPTZOID, true),
-    column("purge_after", pg_sys::TIMESTAMPTZOID, true),
-    column("ttl", pg_sys::INTERVALOID, true),
-    column("attempt", pg_sys::INT4OID, true),
-    column("response_code", pg_sys::INT4OID, false),
-    column("state", pg_sys::CHAROID, true),
-    text("tenant", true, DEFAULT, C),
-    text("key", true, C, C),
-    column("request_hash", pg_sys::BYTEAOID, true),
-    column("response_body", pg_sys::JSONBOID, false),
-    text("checkpoint_phase", false, DEFAULT, DEFAULT),
-    column("checkpoint_data", pg_sys::JSONBOID, false),
+    column("fence", pg_sys::INT8OID, Nulls::InMessageRows),
+    column("claimed_at", pg_sys::TIMESTAMPTZOID, Nulls::InMessageRows),
+    column("lease_expires_at", pg_sys::TIMESTAMPTZOID, Nulls::Allowed),
+    column("expires_at", pg_sys::TIMESTAMPTZOID, Nulls::InMessageRows),
+    column("purge_after", pg_sys::TIMESTAMPTZOID, Nulls::Never),
+    column("ttl", pg_sys::INTERVALOID, Nulls::InMessageRows),
+    column("attempt", pg_sys::INT4OID, Nulls::InMessageRows),
+    column("response_code", pg_sys::INT4OID, Nulls::Allowed),
+    column("state", pg_sys::CHAROID, Nulls::Never),
+    text("tenant", Nulls::Never, DEFAULT, C),
+    text("key", Nulls::Never, C, C),
+    column("request_hash", pg_sys::BYTEAOID, Nulls::InMessageRows),
+    column("response_body", pg_sys::JSONBOID, Nulls::Allowed),
+    text("checkpoint_phase", Nulls::Allowed, DEFAULT, DEFAULT),
+    column("checkpoint_data", pg_sys::JSONBOID, Nulls::Allowed),
 ];
 
 /// How idem.keys compares with what pg_idem created.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// pg_idem's columns exactly, and nothing else.
-    Exact,
+    /// pg_idem's columns exactly, and nothing else; messages are written as `MessageRows`.
+    Exact(MessageRows),
     /// pg_idem's columns exactly, and columns of the DBA's besides (written by the executor,
     /// which fills in their defaults and checks their constraints).
-    Extended(String),
+    Extended(String, MessageRows),
     /// One of pg_idem's columns differs: the difference, for the error's detail.
     Changed(String),
 }
 
 /// Compares the live columns of idem.keys with pg_idem's.
 pub fn compare(columns: &[Column]) -> Verdict {
+    // how the columns that a message row leaves NULL were found: (name, NOT NULL)
+    let mut message_columns = Vec::new();
     for expected in &KEYS {
         let Some(found) = columns.iter().find(|c| c.name == expected.name) else {
             return Verdict::Changed(format!(
@@ -99,19 +114,46 @@ pub fn compare(columns: &[Column]) -> Verdict {
         if let Some(difference) = differs(expected, found) {
             return Verdict::Changed(difference);
         }
+        if expected.nulls == Nulls::InMessageRows {
+            message_columns.push((expected.name, found.not_null));
+        }
     }
+    let rows = if message_columns.iter().all(|&(_, not_null)| !not_null) {
+        MessageRows::Narrow
+    } else if message_columns.iter().all(|&(_, not_null)| not_null) {
+        MessageRows::Whole
+    } else {
+        let list = |not_null: bool| {
+            message_columns
+                .iter()
+                .filter(|c| c.1 == not_null)
+                .map(|c| c.0)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Verdict::Changed(format!(
+            "Of the columns a message row leaves NULL, these are NOT NULL: {}; these allow NULL: \
+             {}. pg_idem needs all six to allow NULL (as 0.5.0 creates them), or all to be NOT \
+             NULL (0.4.0, until ALTER EXTENSION pg_idem UPDATE).",
+            list(true),
+            list(false)
+        ));
+    };
     let added: Vec<&str> = columns
         .iter()
         .filter(|c| !KEYS.iter().any(|e| e.name == c.name))
         .map(|c| c.name.as_str())
         .collect();
     if !added.is_empty() {
-        return Verdict::Extended(format!("it has columns of its own ({})", added.join(", ")));
+        return Verdict::Extended(
+            format!("it has columns of its own ({})", added.join(", ")),
+            rows,
+        );
     }
     if let Some(c) = columns.iter().find(|c| c.has_default) {
-        return Verdict::Extended(format!("column {} has a default", c.name));
+        return Verdict::Extended(format!("column {} has a default", c.name), rows);
     }
-    Verdict::Exact
+    Verdict::Exact(rows)
 }
 
 fn differs(expected: &Expected, found: &Column) -> Option<String> {
@@ -130,13 +172,18 @@ fn differs(expected: &Expected, found: &Column) -> Option<String> {
             collation_name(expected.collation)
         ));
     }
-    if found.not_null != expected.not_null {
-        let (now, was) = if found.not_null {
-            ("is NOT NULL", "pg_idem stores NULL there")
-        } else {
-            ("allows NULL", "pg_idem relies on it being NOT NULL")
-        };
-        return Some(format!("Column {name} {now}; {was}."));
+    match (expected.nulls, found.not_null) {
+        (Nulls::Allowed, true) => {
+            return Some(format!(
+                "Column {name} is NOT NULL; pg_idem stores NULL there."
+            ))
+        }
+        (Nulls::Never, false) => {
+            return Some(format!(
+                "Column {name} allows NULL; pg_idem relies on it being NOT NULL."
+            ))
+        }
+        _ => {}
     }
     if found.generated {
         return Some(format!(
@@ -184,7 +231,7 @@ mod tests {
                 type_oid: e.type_oid,
                 typmod: -1,
                 collation: e.collation,
-                not_null: e.not_null,
+                not_null: e.nulls == Nulls::Never,
                 has_default: false,
                 generated: false,
             })
@@ -197,7 +244,7 @@ mod tests {
             .unwrap()
             .unwrap();
         let columns = crate::pg::heap::columns_of(relid).unwrap();
-        assert_eq!(compare(&columns), Verdict::Exact);
+        assert_eq!(compare(&columns), Verdict::Exact(MessageRows::Narrow));
         assert_eq!(columns, created());
     }
 
@@ -209,7 +256,8 @@ mod tests {
             compare(&columns)
         };
         let changed = |v: Verdict| matches!(v, Verdict::Changed(_));
-        let extended = |v: Verdict| matches!(v, Verdict::Extended(_));
+        let extended = |v: Verdict| matches!(v, Verdict::Extended(..));
+        let exact = Verdict::Exact(MessageRows::Narrow);
         assert!(changed(change(&|c| c[7].type_oid = pg_sys::NUMERICOID)));
         assert!(changed(change(&|c| {
             c[9].type_oid = pg_sys::VARCHAROID;
@@ -219,9 +267,20 @@ mod tests {
         assert!(changed(change(&|c| c[10].collation = DEFAULT)));
         assert!(changed(change(&|c| c[13].collation = C)));
         // tenant as 0.1.0 and 0.2.0 created it, until ALTER EXTENSION pg_idem UPDATE
-        assert_eq!(change(&|c| c[9].collation = C), Verdict::Exact);
+        assert_eq!(change(&|c| c[9].collation = C), exact);
         assert!(changed(change(&|c| c[2].not_null = true)));
-        assert!(changed(change(&|c| c[0].not_null = false)));
+        assert!(changed(change(&|c| c[4].not_null = false)));
+        assert!(changed(change(&|c| c[8].not_null = false)));
+        // the columns a message row leaves NULL: NOT NULL all of them (0.4.0, until ALTER
+        // EXTENSION pg_idem UPDATE: messages are written whole), or none; never some
+        let message_columns = [0, 1, 3, 5, 6, 11];
+        assert_eq!(
+            change(&|c| message_columns.iter().for_each(|&i| c[i].not_null = true)),
+            Verdict::Exact(MessageRows::Whole)
+        );
+        for &i in &message_columns {
+            assert!(changed(change(&|c| c[i].not_null = true)));
+        }
         assert!(changed(change(&|c| c[6].generated = true)));
         assert!(changed(change(&|c| {
             c.remove(12);
@@ -239,7 +298,7 @@ mod tests {
             change(&|c| {
                 c.swap(0, 14);
             }),
-            Verdict::Exact
+            exact
         );
     }
 }

@@ -44,7 +44,7 @@ use crate::pg::time::{interval, interval_micros, Micros};
 use crate::rules::claims::{plan, ClaimOutcome, ClaimRequest, Plan, CLAIM_ROUNDS};
 use crate::rules::consumes::{plan_consume, ConsumePlan, ConsumeRequest, Consumed};
 use crate::rules::fenced::{Effect, Fenced, FencedChange, FencedTimes, Refused};
-use crate::rules::key_row::{not_null, stored_hash, KeyRow, State};
+use crate::rules::key_row::{stored_hash, KeyRow, MessageRows, StoredRow};
 use crate::rules::row_write::{Assign, Column, RowWrite, Value};
 
 /// Attribute numbers of idem.keys' columns: the two that name a key, and each one a write sets.
@@ -80,6 +80,7 @@ impl Columns {
 /// drops the old index, and the invalidation that says so arrives while the table is opened.
 struct Catalog {
     fence_seq: pg_sys::Oid,
+    rows: MessageRows,
     columns: Columns,
     layout: Rc<Layout>,
     primary_key: PrimaryKey,
@@ -92,6 +93,7 @@ enum Choice {
     /// once this server is promoted.
     Spi {
         on_standby: bool,
+        rows: MessageRows,
     },
     Engine(Rc<Catalog>),
     /// One of pg_idem's own columns was changed: every call is refused (`definition`).
@@ -115,26 +117,40 @@ pub struct Keys {
     catalog: Rc<Catalog>,
 }
 
-/// Opens idem.keys for the engine path, or None when the SPI path must run; raises 55000
+/// Which back-end writes idem.keys for this call.
+pub enum Opened {
+    Engine(Keys),
+    /// the SPI path, writing messages this way
+    Spi(MessageRows),
+}
+
+impl Keys {
+    /// How this table stores a consumed message.
+    pub fn message_rows(&self) -> MessageRows {
+        self.catalog.rows
+    }
+}
+
+/// Opens idem.keys for the engine path, or says that the SPI path must run; raises 55000
 /// when one of pg_idem's own columns was changed.
-pub fn open() -> Option<Keys> {
+pub fn open() -> Opened {
     // SAFETY: a plain read of shared state.
     let standby = unsafe { pg_sys::RecoveryInProgress() };
     let generation = caches::generation(Depends::Relations);
     let cached = CHOICE.with(|c| match &*c.borrow() {
         (decided, _) if *decided != generation => None,
         (_, Choice::Undecided) => None,
-        (_, Choice::Spi { on_standby }) if *on_standby && !standby => None,
-        (_, Choice::Spi { .. }) => Some(None),
-        (_, Choice::Engine(catalog)) => Some(Some(catalog.clone())),
+        (_, Choice::Spi { on_standby, .. }) if *on_standby && !standby => None,
+        (_, Choice::Spi { rows, .. }) => Some(Err(*rows)),
+        (_, Choice::Engine(catalog)) => Some(Ok(catalog.clone())),
         (_, Choice::Refused(difference)) => errors::keys_table_changed(difference).raise(),
     });
     match cached {
-        Some(None) => None,
+        Some(Err(rows)) => Opened::Spi(rows),
         // what changed since the decision was made (the invalidation arrives while the table
         // is opened) is decided again
-        Some(Some(catalog)) => match Table::open(&catalog.layout) {
-            Ok(table) => Some(Keys { table, catalog }),
+        Some(Ok(catalog)) => match Table::open(&catalog.layout) {
+            Ok(table) => Opened::Engine(Keys { table, catalog }),
             Err(_) => decide(standby),
         },
         None => decide(standby),
@@ -144,22 +160,28 @@ pub fn open() -> Option<Keys> {
 /// Why the engine does not write idem.keys, or that it does.
 enum Decision {
     Engine(Keys),
-    Spi(String),
+    /// why, and how messages are written
+    Spi(String, MessageRows),
     Refused(String),
 }
 
-fn decide(standby: bool) -> Option<Keys> {
+/// How messages are written when idem.keys could not even be read (missing, dropped): whole
+/// rows are valid under every schema; the statement then fails as the executor decides.
+const UNKNOWN_ROWS: MessageRows = MessageRows::Whole;
+
+fn decide(standby: bool) -> Opened {
     // read before the look-up: an invalidation that arrives during it leaves the decision stale
     let generation = caches::generation(Depends::Relations);
-    let (choice, keys) = match look_up(standby) {
-        Decision::Engine(keys) => (Choice::Engine(keys.catalog.clone()), Some(keys)),
-        Decision::Spi(why) => {
+    let (choice, opened) = match look_up(standby) {
+        Decision::Engine(keys) => (Choice::Engine(keys.catalog.clone()), Opened::Engine(keys)),
+        Decision::Spi(why, rows) => {
             pgrx::debug1!("pg_idem: idem.keys takes the SPI path (through the executor): {why}");
             (
                 Choice::Spi {
                     on_standby: standby,
+                    rows,
                 },
-                None,
+                Opened::Spi(rows),
             )
         }
         Decision::Refused(difference) => {
@@ -168,7 +190,7 @@ fn decide(standby: bool) -> Option<Keys> {
         }
     };
     CHOICE.with(|c| *c.borrow_mut() = (generation, choice));
-    keys
+    opened
 }
 
 fn look_up(standby: bool) -> Decision {
@@ -177,44 +199,49 @@ fn look_up(standby: bool) -> Decision {
     let relid = oid_by_name(namespace, c"keys");
     let fence_seq = oid_by_name(namespace, c"fence_seq");
     if [relid, fence_seq].contains(&pg_sys::InvalidOid) {
-        return Decision::Spi("idem.keys or idem.fence_seq is missing".into());
+        return Decision::Spi(
+            "idem.keys or idem.fence_seq is missing".into(),
+            UNKNOWN_ROWS,
+        );
     }
     caches::watch(Depends::Relations, [relid]);
     // pg_idem's own columns first, whichever path writes: no datum of another type is ever
     // read or written as one of them
     let Some(columns) = crate::pg::heap::columns_of(relid) else {
-        return Decision::Spi("it was dropped".into());
+        return Decision::Spi("it was dropped".into(), UNKNOWN_ROWS);
     };
-    match definition::compare(&columns) {
+    let rows = match definition::compare(&columns) {
         Verdict::Changed(difference) => return Decision::Refused(difference),
-        Verdict::Extended(_) if standby => {}
-        Verdict::Extended(why) => return Decision::Spi(why),
-        Verdict::Exact => {}
-    }
+        Verdict::Extended(_, rows) if standby => rows,
+        Verdict::Extended(why, rows) => return Decision::Spi(why, rows),
+        Verdict::Exact(rows) => rows,
+    };
     if standby {
         // a hot standby: claims only read there, and table_open's RowExclusiveLock is refused
-        return Decision::Spi("this server is a hot standby".into());
+        return Decision::Spi("this server is a hot standby".into(), rows);
     }
     if crate::pg::cluster::citus_installed() {
         return Decision::Spi(
             "Citus is installed, and must plan every statement on idem.keys".into(),
+            rows,
         );
     }
     let (layout, table) = match Layout::load(relid) {
         Ok(loaded) => loaded,
-        Err(why) => return Decision::Spi(why.into()),
+        Err(why) => return Decision::Spi(why.into(), rows),
     };
     let columns = match Columns::resolve(&table) {
         Ok(columns) => columns,
-        Err(why) => return Decision::Spi(why.into()),
+        Err(why) => return Decision::Spi(why.into(), rows),
     };
     let Some(primary_key) = layout.primary_key(&table, &[columns.tenant, columns.key]) else {
-        return Decision::Spi("it has no valid primary key on (tenant, key)".into());
+        return Decision::Spi("it has no valid primary key on (tenant, key)".into(), rows);
     };
     Decision::Engine(Keys {
         table,
         catalog: Rc::new(Catalog {
             fence_seq,
+            rows,
             columns,
             layout,
             primary_key,
@@ -238,27 +265,27 @@ impl Keys {
             .map(|d| d.value() as i64)
     }
 
-    /// The key row a look-up found, its jsonb copied into `outer`.
+    /// The key row a look-up found, its jsonb copied into `memory`.
     fn key_row<'m>(&self, found: &Found, memory: CallMemory<'m>) -> KeyRow<'m> {
         let c = &self.catalog.columns;
         let datum = |column: Column| found.datum(c.of(column));
-        KeyRow {
-            fence: not_null(self.i64_of(found, Column::Fence), "fence"),
-            state: State::from_code(not_null(datum(Column::State), "state").value() as i8),
-            request_hash: stored_hash(not_null(
-                datum(Column::RequestHash)
-                    // SAFETY: request_hash is a bytea column; the value lives with `found`.
-                    .and_then(|d| unsafe { <&[u8] as FromDatum>::from_datum(d, false) }),
-                "request_hash",
-            )),
-            attempt: not_null(datum(Column::Attempt), "attempt").value() as i32,
+        KeyRow::decode(StoredRow {
+            fence: self.i64_of(found, Column::Fence),
+            state: datum(Column::State).map(|d| d.value() as i8),
+            request_hash: datum(Column::RequestHash).map(|d| {
+                // SAFETY: request_hash is a bytea column (checked by `definition`); the value
+                // lives with `found`.
+                stored_hash(unsafe { <&[u8] as FromDatum>::from_datum(d, false) }.unwrap_or(&[]))
+            }),
+            attempt: datum(Column::Attempt).map(|d| d.value() as i32),
             response_code: datum(Column::ResponseCode).map(|d| d.value() as i32),
             // SAFETY: response_body is a jsonb column; the value lives with `found`.
             response_body: datum(Column::ResponseBody).map(|d| unsafe { memory.copy_jsonb(d) }),
             lease_expires_at: self.i64_of(found, Column::LeaseExpiresAt),
-            expires_at: not_null(self.i64_of(found, Column::ExpiresAt), "expires_at"),
-            ttl_us: interval_micros(not_null(datum(Column::Ttl), "ttl")),
-        }
+            expires_at: self.i64_of(found, Column::ExpiresAt),
+            purge_after: self.i64_of(found, Column::PurgeAfter),
+            ttl: datum(Column::Ttl).map(interval_micros),
+        })
     }
 
     /// The values of the row `write` makes: of `found` (the key's latest version) with the
@@ -525,7 +552,12 @@ pub fn consume(
         } else {
             c"INSERT"
         });
-        let write = request.write(now, row.as_ref().map_or(0, |r| r.fence), attempt);
+        let write = request.write(
+            now,
+            row.as_ref().map_or(0, |r| r.fence),
+            attempt,
+            keys.message_rows(),
+        );
         match write_row(keys, latest.as_ref(), tenant, key, &write) {
             Stored::Yes(..) => {
                 return Ok(Consumed::New {
@@ -704,17 +736,17 @@ mod tests {
     #[pg_test]
     fn the_decision_follows_changes_of_idem_keys() {
         assert!(
-            super::open().is_some(),
+            matches!(super::open(), super::Opened::Engine(_)),
             "a plain idem.keys takes the engine"
         );
         Spi::run("ALTER TABLE idem.keys ADD COLUMN audited_at timestamptz").unwrap();
         assert!(
-            super::open().is_none(),
+            matches!(super::open(), super::Opened::Spi(_)),
             "a column of the DBA's takes the SPI path"
         );
         Spi::run("ALTER TABLE idem.keys DROP COLUMN audited_at").unwrap();
         assert!(
-            super::open().is_some(),
+            matches!(super::open(), super::Opened::Engine(_)),
             "and the engine is back once it is dropped"
         );
     }

@@ -19,6 +19,7 @@ use crate::errors;
 use crate::pg::datum::CallMemory;
 use crate::pg::time::Micros;
 use crate::rules::fenced::FencedTimes;
+use crate::rules::key_row::MessageRows;
 use crate::rules::{
     ClaimOutcome, ClaimRequest, ConsumeRequest, Consumed, Fenced, FencedChange, Refused,
 };
@@ -68,7 +69,8 @@ fn wait_for(xid: pg_sys::TransactionId) {
 
 enum Backend<'a, 'c> {
     Engine(engine::Keys),
-    Spi(&'a crate::pg::sql::Client<'a, 'c>),
+    /// and how it writes a consumed message (the engine knows it from `Keys`)
+    Spi(&'a crate::pg::sql::Client<'a, 'c>, MessageRows),
 }
 
 /// The key store for one call (or one batch): the engine when it can, else SPI. Values it
@@ -81,13 +83,13 @@ pub struct Store<'a, 'c, 'm> {
 /// Runs `f` with the key store of this call.
 pub fn with_store<'m, R>(memory: CallMemory<'m>, f: impl FnOnce(&Store<'_, '_, 'm>) -> R) -> R {
     match engine::open() {
-        Some(keys) => f(&Store {
+        engine::Opened::Engine(keys) => f(&Store {
             backend: Backend::Engine(keys),
             memory,
         }),
-        None => crate::pg::sql::with_client(|client| {
+        engine::Opened::Spi(rows) => crate::pg::sql::with_client(|client| {
             f(&Store {
-                backend: Backend::Spi(client),
+                backend: Backend::Spi(client, rows),
                 memory,
             })
         }),
@@ -99,7 +101,7 @@ impl<'m> Store<'_, '_, 'm> {
     pub fn claim(&self, request: &ClaimRequest<'_>, now: Micros) -> ClaimOutcome<'m> {
         match &self.backend {
             Backend::Engine(keys) => engine::claim(keys, request, now, self.memory),
-            Backend::Spi(client) => spi::claim(client, request, now, self.memory),
+            Backend::Spi(client, _) => spi::claim(client, request, now, self.memory),
         }
     }
 
@@ -114,7 +116,7 @@ impl<'m> Store<'_, '_, 'm> {
         prevent_if_read_only(change.command());
         match &self.backend {
             Backend::Engine(keys) => engine::fenced(keys, target, change, self.memory),
-            Backend::Spi(client) => spi::fenced(client, target, change, self.memory),
+            Backend::Spi(client, _) => spi::fenced(client, target, change, self.memory),
         }
     }
 
@@ -123,7 +125,7 @@ impl<'m> Store<'_, '_, 'm> {
         prevent_if_read_only(c"DELETE");
         match &self.backend {
             Backend::Engine(keys) => engine::forget(keys, tenant, key, self.memory),
-            Backend::Spi(client) => spi::forget(client, tenant, key),
+            Backend::Spi(client, _) => spi::forget(client, tenant, key),
         }
     }
 
@@ -137,7 +139,7 @@ impl<'m> Store<'_, '_, 'm> {
     ) -> Result<Consumed, errors::IdemError> {
         match &self.backend {
             Backend::Engine(keys) => engine::consume(keys, request, now, self.memory),
-            Backend::Spi(client) => spi::consume(client, request, now, self.memory),
+            Backend::Spi(client, rows) => spi::consume(client, request, *rows, now, self.memory),
         }
     }
 }

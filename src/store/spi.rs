@@ -36,7 +36,7 @@ use crate::pg::time::{interval_micros, Micros};
 use crate::rules::claims::{plan, ClaimOutcome, ClaimRequest, Plan, CLAIM_ROUNDS};
 use crate::rules::consumes::{plan_consume, ConsumePlan, ConsumeRequest, Consumed};
 use crate::rules::fenced::{Effect, Fenced, FencedChange, FencedTimes, Refused};
-use crate::rules::key_row::{in_sql, not_null, stored_hash, KeyRow, State};
+use crate::rules::key_row::{in_sql, stored_hash, KeyRow, MessageRows, StoredRow};
 use crate::rules::row_write::{Assign, Column, RowWrite, Value};
 
 enum_list! {
@@ -52,7 +52,7 @@ enum Stmt {
 }
 
 const KEY_COLUMNS: &str = "k.state, k.request_hash, k.attempt, k.response_code, k.response_body, \
-     k.lease_expires_at, k.expires_at, k.fence, k.ttl";
+     k.lease_expires_at, k.expires_at, k.fence, k.ttl, k.purge_after";
 
 const WHERE_KEY: &str = "k.tenant OPERATOR(pg_catalog.=) $1 AND k.key OPERATOR(pg_catalog.=) $2";
 
@@ -88,17 +88,18 @@ fn run<'c>(client: &Client<'_, 'c>, stmt: Stmt, args: &[DatumWithOid<'_>]) -> Sp
 /// The KEY_COLUMNS of a row; None when the key is absent.
 fn read_key_row<'m>(table: &SpiTupleTable<'_>, memory: CallMemory<'m>) -> Option<KeyRow<'m>> {
     let state = get_i8(table, 1)?;
-    Some(KeyRow {
-        state: State::from_code(state),
-        request_hash: stored_hash(&not_null(get_bytes(table, 2), "request_hash")),
-        attempt: not_null(get_i32(table, 3), "attempt"),
+    Some(KeyRow::decode(StoredRow {
+        state: Some(state),
+        request_hash: get_bytes(table, 2).map(|bytes| stored_hash(&bytes)),
+        attempt: get_i32(table, 3),
         response_code: get_i32(table, 4),
         response_body: get_jsonb(table, 5, memory),
         lease_expires_at: get_i64(table, 6),
-        expires_at: not_null(get_i64(table, 7), "expires_at"),
-        fence: not_null(get_i64(table, 8), "fence"),
-        ttl_us: interval_micros(not_null(raw(table, 9), "ttl")),
-    })
+        expires_at: get_i64(table, 7),
+        fence: get_i64(table, 8),
+        ttl: raw(table, 9).map(interval_micros),
+        purge_after: get_i64(table, 10),
+    }))
 }
 
 fn lookup<'m>(
@@ -366,6 +367,7 @@ pub fn forget(client: &Client<'_, '_>, tenant: &str, key: &str) -> bool {
 pub fn consume(
     client: &Client<'_, '_>,
     request: &ConsumeRequest<'_>,
+    rows: MessageRows,
     now: Micros,
     memory: CallMemory<'_>,
 ) -> Result<Consumed, errors::IdemError> {
@@ -394,7 +396,7 @@ pub fn consume(
             ConsumePlan::Held(error) => return Err(error),
             ConsumePlan::Write(attempt) => attempt,
         };
-        let write = request.write(now, row.as_ref().map_or(0, |r| r.fence), attempt);
+        let write = request.write(now, row.as_ref().map_or(0, |r| r.fence), attempt, rows);
         if apply(client, tenant, key, row.is_none(), &write, memory).is_some() {
             return Ok(Consumed::New {
                 takeover: attempt.takeover,
@@ -578,7 +580,7 @@ pub fn purge(
 #[pgrx::pg_schema]
 mod tests {
     use super::*;
-    use crate::rules::key_row::KeyRow;
+    use crate::rules::key_row::{KeyRow, State};
     use pgrx::prelude::*;
 
     /// The purge re-arms a row at its ttl from now in SQL: the instant `after` gives in Rust, for
@@ -613,58 +615,85 @@ mod tests {
     }
 
     /// The purge and the key statistics test rows in SQL (`rules::key_row::in_sql`), the claims
-    /// in Rust (`KeyRow`): each condition agrees with its method at and around every boundary.
+    /// in Rust (`KeyRow`): each condition agrees with its method at and around every boundary,
+    /// for whole rows and for message rows (expires_at NULL, the expiry in purge_after).
     #[pg_test]
     fn the_rules_in_sql_agree_with_the_rules_in_rust() {
         let now: Micros = 800_000_000_000_000;
         let sql = format!(
             "SELECT {}, {}, {} \
                FROM (SELECT $2::pg_catalog.timestamptz AS expires_at, \
-                            $3::pg_catalog.timestamptz AS lease_expires_at) AS c",
+                            $3::pg_catalog.timestamptz AS lease_expires_at, \
+                            $4::pg_catalog.timestamptz AS purge_after) AS c",
             in_sql::is_expired("c", "$1"),
             in_sql::lease_is_not_live("c", "$1"),
             purgeable("c"),
         );
-        for expires_at in [now - 1, now, now + 1] {
-            for lease_expires_at in [None, Some(now - 1), Some(now), Some(now + 1)] {
-                let lease_arg = lease_expires_at
-                    .map_or_else(DatumWithOid::null::<TimestampWithTimeZone>, timestamptz_arg);
-                let in_sql: (bool, bool, bool) = Spi::connect(|c| {
-                    let row = c
-                        .select(
-                            &sql,
-                            None,
-                            &[timestamptz_arg(now), timestamptz_arg(expires_at), lease_arg],
-                        )?
-                        .first();
-                    Ok::<_, pgrx::spi::Error>((
-                        row.get::<bool>(1)?.unwrap(),
-                        row.get::<bool>(2)?.unwrap(),
-                        row.get::<bool>(3)?.unwrap(),
-                    ))
-                })
-                .unwrap();
-                let row = KeyRow {
-                    fence: 1,
-                    state: State::InProgress,
-                    request_hash: [0; hashing::STORED_HASH_BYTES],
-                    attempt: 1,
-                    response_code: None,
-                    response_body: None,
-                    lease_expires_at,
-                    expires_at,
-                    ttl_us: 0,
-                };
-                let in_rust = (
-                    row.is_expired(now),
-                    !row.lease_is_live(now),
-                    row.is_purgeable(now),
-                );
-                assert_eq!(
-                    in_sql, in_rust,
-                    "(expired, lease not live, purgeable) with expires_at {expires_at}, lease \
-                     {lease_expires_at:?}, now {now}"
-                );
+        let time_arg = |t: Option<Micros>| {
+            t.map_or_else(DatumWithOid::null::<TimestampWithTimeZone>, timestamptz_arg)
+        };
+        for expiry in [now - 1, now, now + 1] {
+            for message_row in [false, true] {
+                for lease_expires_at in [None, Some(now - 1), Some(now), Some(now + 1)] {
+                    if message_row && lease_expires_at.is_some() {
+                        continue;
+                    }
+                    // a whole row's purge_after is at most its expiry; a message row's is it
+                    let (expires_at, purge_after) = if message_row {
+                        (None, expiry)
+                    } else {
+                        (Some(expiry), expiry - 5)
+                    };
+                    let in_sql: (bool, bool, bool) = Spi::connect(|c| {
+                        let row = c
+                            .select(
+                                &sql,
+                                None,
+                                &[
+                                    timestamptz_arg(now),
+                                    time_arg(expires_at),
+                                    time_arg(lease_expires_at),
+                                    timestamptz_arg(purge_after),
+                                ],
+                            )?
+                            .first();
+                        Ok::<_, pgrx::spi::Error>((
+                            row.get::<bool>(1)?.unwrap(),
+                            row.get::<bool>(2)?.unwrap(),
+                            row.get::<bool>(3)?.unwrap(),
+                        ))
+                    })
+                    .unwrap();
+                    let row = KeyRow::decode(StoredRow {
+                        fence: (!message_row).then_some(1),
+                        state: Some(
+                            if message_row {
+                                State::Completed
+                            } else {
+                                State::InProgress
+                            }
+                            .code(),
+                        ),
+                        request_hash: (!message_row).then_some([0; hashing::STORED_HASH_BYTES]),
+                        attempt: (!message_row).then_some(1),
+                        response_code: None,
+                        response_body: None,
+                        lease_expires_at,
+                        expires_at,
+                        purge_after: Some(purge_after),
+                        ttl: (!message_row).then_some(0),
+                    });
+                    let in_rust = (
+                        row.is_expired(now),
+                        !row.lease_is_live(now),
+                        row.is_purgeable(now),
+                    );
+                    assert_eq!(
+                        in_sql, in_rust,
+                        "(expired, lease not live, purgeable) with expires_at {expires_at:?}, \
+                         purge_after {purge_after}, lease {lease_expires_at:?}, now {now}"
+                    );
+                }
             }
         }
     }
