@@ -445,26 +445,27 @@ fn messages_consumed_before_the_update_keep_whole_rows_and_new_ones_are_narrow()
                     CREATE TRIGGER force_spi BEFORE INSERT ON idem.keys \
                     FOR EACH ROW EXECUTE FUNCTION pg_temp.touch()";
     let no_spi_path = "DROP TRIGGER force_spi ON idem.keys";
+    // `{prefix}-engine` and `{prefix}-short` (ttl 1 s) on the engine path, `{prefix}-spi` on the
+    // SPI path (a trigger on idem.keys)
+    let consume_on_both_paths = |db: &mut Client, prefix: &str| -> [String; 3] {
+        let keys = ["engine", "short", "spi"].map(|k| format!("{prefix}-{k}"));
+        assert!(consume(db, &keys[0], "1 hour"));
+        assert!(consume(db, &keys[1], "1 second"));
+        db.batch_execute(spi_path).unwrap();
+        assert!(consume(db, &keys[2], "1 hour"));
+        db.batch_execute(no_spi_path).unwrap();
+        keys
+    };
     // under 0.4.0: whole rows, on both paths
-    assert!(consume(&mut db, "old-engine", "1 hour"));
-    assert!(consume(&mut db, "old-short", "1 second"));
-    db.batch_execute(spi_path).unwrap();
-    assert!(consume(&mut db, "old-spi", "1 hour"));
-    db.batch_execute(no_spi_path).unwrap();
-    for key in ["old-engine", "old-short", "old-spi"] {
-        assert!(whole(&mut db, key), "{key} is a whole row under 0.4.0");
+    for key in consume_on_both_paths(&mut db, "old") {
+        assert!(whole(&mut db, &key), "{key} is a whole row under 0.4.0");
     }
     db.batch_execute("ALTER EXTENSION pg_idem UPDATE").unwrap();
     assert_eq!(extversion(&mut db), current_version());
     // after the update: narrow rows, on both paths
-    assert!(consume(&mut db, "new-engine", "1 hour"));
-    assert!(consume(&mut db, "new-short", "1 second"));
-    db.batch_execute(spi_path).unwrap();
-    assert!(consume(&mut db, "new-spi", "1 hour"));
-    db.batch_execute(no_spi_path).unwrap();
-    for key in ["new-engine", "new-short", "new-spi"] {
+    for key in consume_on_both_paths(&mut db, "new") {
         assert!(
-            narrow(&mut db, key),
+            narrow(&mut db, &key),
             "{key} is a narrow row after the update"
         );
     }
