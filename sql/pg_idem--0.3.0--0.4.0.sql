@@ -26,8 +26,10 @@ ALTER FUNCTION idem_revoke_tenant(regrole, text) SECURITY INVOKER RESET search_p
 -- drop the privileges a DBA set on them: an idem_claim revoked from PUBLIC would silently be
 -- executable by PUBLIC again, custom grants on the statistics would be gone. Their ACLs are
 -- kept here and put back at the end of this script (a default ACL, NULL, needs nothing; regrole
--- prints a role's name quoted as needed).
-CREATE TEMPORARY TABLE pg_idem_kept_acl AS
+-- prints a role's name quoted as needed). A plain table in pg_idem's schema, dropped again at the
+-- end, not a temporary one: on a Citus cluster the update runs on every node inside a prepared
+-- (two-phase) transaction, which PostgreSQL refuses once it touched a temporary object.
+CREATE TABLE idem.pg_idem_kept_acl AS
     SELECT n.nspname::text AS schema, p.proname::text AS name,
            pg_catalog.oidvectortypes(p.proargtypes) AS args, p.proacl AS acl
     FROM pg_catalog.pg_proc AS p
@@ -380,7 +382,7 @@ DECLARE
     item record;
     function_name text;
 BEGIN
-    FOR kept IN SELECT * FROM pg_temp.pg_idem_kept_acl LOOP
+    FOR kept IN SELECT * FROM idem.pg_idem_kept_acl LOOP
         function_name := pg_catalog.format('%I.%I(%s)', kept.schema, kept.name, kept.args);
         FOR item IN
             SELECT DISTINCT a.grantee
@@ -402,4 +404,4 @@ BEGIN
 END
 $$;
 
-DROP TABLE pg_temp.pg_idem_kept_acl;
+DROP TABLE idem.pg_idem_kept_acl;

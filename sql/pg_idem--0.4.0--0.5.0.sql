@@ -5,7 +5,9 @@
 -- src/rules/key_row.rs): the columns it leaves NULL allow NULL now. Dropping NOT NULL changes
 -- only the catalog: no row is rewritten or even read, and the ACCESS EXCLUSIVE lock is held for
 -- a moment. Messages consumed before the update keep their whole rows, and are read as before;
--- until this update a new library writes whole rows too (it reads the NOT NULL constraints).
+-- until the constraints are gone the library writes whole rows too (it reads them). On a Citus
+-- cluster that distributes idem.keys, Citus carries the change to every shard
+-- (tests/citus.rs, the_update_on_a_cluster_narrows_message_rows_on_every_shard).
 ALTER TABLE idem.keys
     ALTER COLUMN fence DROP NOT NULL,
     ALTER COLUMN claimed_at DROP NOT NULL,

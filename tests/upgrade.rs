@@ -10,8 +10,6 @@ use std::time::Duration;
 
 use pg_idem_tests::*;
 
-const RELEASED: &str = "0.1.0";
-
 /// The version this build installs by default: the extension crate's, in its Cargo.toml.
 fn current_version() -> String {
     let manifest =
@@ -23,25 +21,6 @@ fn current_version() -> String {
         .and_then(|rest| rest.strip_suffix('"'))
         .expect("a version line in Cargo.toml")
         .to_string()
-}
-
-/// Puts the frozen install script of the released version next to the installed extension:
-/// packages ship only upgrade scripts, so a test that starts from 0.1.0 installs it itself.
-fn install_released_script() {
-    let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into());
-    let out = Command::new(&pg_config)
-        .arg("--sharedir")
-        .output()
-        .expect("pg_config --sharedir");
-    let target = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        .join(format!("extension/pg_idem--{RELEASED}.sql"));
-    let source =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../sql/pg_idem--{RELEASED}.sql"));
-    let frozen = std::fs::read(&source).expect("the frozen install script of 0.1.0");
-    if std::fs::read(&target).ok().as_deref() != Some(&frozen[..]) {
-        std::fs::write(&target, &frozen)
-            .unwrap_or_else(|e| panic!("cannot write {}: {e}", target.display()));
-    }
 }
 
 fn extversion(db: &mut Client) -> String {
