@@ -76,7 +76,7 @@ def main() -> int:
                     if res.returncode != 0:
                         raise SystemExit(res.stderr)
                 else:
-                    server.execute(scale.fill_sql(sc, 4, 1, a.keys, a.keys))
+                    scale.fill_side(server, sc, 4, a.keys)
                 m = measure(server, table, col, a.new, f"{sc}.sql", workdir)
                 out[f"{table}, {how}"] = m
                 log(f"{table:16} {how:28} {json.dumps(m)}")

@@ -129,7 +129,10 @@ impl<'m> KeyRow<'m> {
 /// The request hash a consumed message answers to: the empty fingerprint's, so that idem_claim
 /// with request_hash '' replays it as completed, and any other hash is a mismatch.
 pub fn message_request_hash() -> [u8; hashing::STORED_HASH_BYTES] {
-    hashing::stored_request_hash("")
+    // every narrow row read needs it: hashed once per backend
+    static EMPTY: std::sync::OnceLock<[u8; hashing::STORED_HASH_BYTES]> =
+        std::sync::OnceLock::new();
+    *EMPTY.get_or_init(|| hashing::stored_request_hash(""))
 }
 
 impl KeyRow<'_> {
