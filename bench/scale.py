@@ -222,10 +222,10 @@ def fill_side(server: Server, sc: str, kind: int, n: int) -> None:
     so every new claim of the runs would land in (and write a full-page image of) an old page.
     Real calls leave less (a claim's narrow row is widened in place by idem_complete;
     fill_layout.py: 68 of 3,000 new claims went to old pages after a real-call fill, all 3,000
-    after a plain pre-fill). So these pages are packed full, as the hand-written table's are
-    (fillfactor 100: 7 of 3,000 to old pages pre-filled, 588 after real calls, which this
-    pre-fill does not reproduce on that side either), and the table's own fillfactor comes back
-    before the runs. Consumed messages are written once and never updated: their pre-fill leaves
+    after a plain pre-fill, 15 after this packed one). So these pages are packed full, as the
+    hand-written table's are (fillfactor 100: 7 of 3,000 to old pages pre-filled, 437 after
+    real calls, which this pre-fill does not reproduce on that side), and the table's own
+    fillfactor comes back before the runs. Consumed messages are written once and never updated: their pre-fill leaves
     what the calls leave."""
     packed = sc == "pg_idem"
     if packed:
@@ -626,9 +626,9 @@ def render(out: Path, results: dict) -> None:
                      + f"; VACUUM (ANALYZE) {step.get('vacuum_seconds', 0):.0f} s. shared_buffers {step.get('shared_buffers')}.")
             if step["group"] == "request":
                 L.append("Pre-filled pages are packed full on both sides (idem.keys with fillfactor 100 during the "
-                         "pre-fill, 95 again for the runs; handrolled_keys has 100): new keys go to new pages, as "
-                         "after real calls on pg_idem's side (68 of 3,000 to old pages) and unlike them on the "
-                         "hand-written side (588 of 3,000); the pre-filled heap is denser than one grown by real "
+                         "pre-fill, 95 again for the runs; handrolled_keys has 100): new keys go to new pages (fill_layout.py: "
+                         "15 and 7 of 3,000 to old pages), about as after real calls on pg_idem's side (68) and "
+                         "unlike them on the hand-written side (437); the pre-filled heap is denser than one grown by real "
                          "calls (bench/README.md, *What the pre-fill does not reproduce*; `bench/fill_layout.py`).")
             rw = step.get("row_width") or {}
             if rw:
