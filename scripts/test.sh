@@ -77,6 +77,8 @@ fi
 required() {
     local deps=faketime,prlimit
     if [ "$1" = 15 ] && [ -x "$citus_installer" ]; then deps+=,citus; fi
+    # the SQL edition's managed-style servers (scripts/lib/managed_pg.sh builds pg_tle from it)
+    if [ -x "$root/../shared/pg_tle/install.sh" ]; then deps+=,pg_tle; fi
     echo "$deps"
 }
 

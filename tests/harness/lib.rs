@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 pub use postgres::{Client, NoTls};
 
+pub mod managed;
+
 /// Where test servers live: world-traversable, so the `postgres` user reaches its data dirs.
 const ROOT: &str = "/tmp/pg_idem_tests";
 
@@ -58,24 +60,36 @@ fn run_ok(cmd: &mut Command, what: &str) -> Output {
     out
 }
 
+/// The major version of the PostgreSQL pg_idem is installed into (PG_CONFIG's).
+pub fn major() -> u32 {
+    static MAJOR: OnceLock<u32> = OnceLock::new();
+    *MAJOR.get_or_init(|| {
+        let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into());
+        let version = run_ok(
+            Command::new(&pg_config).arg("--version"),
+            "pg_config --version",
+        );
+        let text = String::from_utf8_lossy(&version.stdout);
+        let digits: String = text
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("")
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits
+            .parse()
+            .unwrap_or_else(|_| panic!("pg_config --version: {text}"))
+    })
+}
+
 /// The PostgreSQL binaries pg_idem is installed into.
 pub fn bindir() -> PathBuf {
     static BINDIR: OnceLock<PathBuf> = OnceLock::new();
     BINDIR
         .get_or_init(|| {
             let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into());
-            let version = run_ok(
-                Command::new(&pg_config).arg("--version"),
-                "pg_config --version",
-            );
-            let text = String::from_utf8_lossy(&version.stdout);
-            let major: String = text
-                .split_whitespace()
-                .nth(1)
-                .unwrap_or("15")
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect();
+            let major = major();
             // pg_config's own bindir: Debian's reports /usr/lib/postgresql/NN/bin, a relocatable
             // build its own folder; Debian's server-side layout is the fallback
             let out = run_ok(
