@@ -1,0 +1,21 @@
+DECLARE
+    s idem.owner_settings := idem.owner_settings();
+    ttl_us bigint;
+    n integer;
+    now timestamptz;
+BEGIN
+    PERFORM idem.check_name(tenant, 'tenant', s.max_key_length);
+    ttl_us := idem.ttl_us(ttl);
+    PERFORM idem.check_access(tenant, s.tenant_grants);
+    n := idem.check_batch(keys, 'keys', 'Pass an array of message keys, such as ARRAY[''m1'', ''m2''].', s.max_batch_keys);
+    FOR i IN 1..n LOOP
+        PERFORM idem.check_tenant_and_key(tenant, keys[i], pg_catalog.format('keys[%s]', i), s.max_key_length);
+    END LOOP;
+    now := pg_catalog.clock_timestamp();
+    -- in input order, so that a key repeated in the batch meets its own consume: new once
+    FOR i IN 1..n LOOP
+        IF idem.consume(tenant, keys[i], ttl_us, now) THEN
+            RETURN NEXT keys[i];
+        END IF;
+    END LOOP;
+END

@@ -1,0 +1,11 @@
+DECLARE
+    s idem.owner_settings := idem.owner_settings();
+BEGIN
+    PERFORM idem.check_tenant_and_key(tenant, key, 'key', s.max_key_length);
+    PERFORM idem.check_access(tenant, s.tenant_grants);
+    PERFORM idem.prevent_if_read_only('DELETE');
+    PERFORM pg_catalog.pg_advisory_xact_lock(idem.key_lock_id(tenant, key));
+    DELETE FROM idem.keys AS k
+     WHERE k.tenant OPERATOR(pg_catalog.=) idem_forget.tenant AND k.key OPERATOR(pg_catalog.=) idem_forget.key;
+    RETURN FOUND;
+END

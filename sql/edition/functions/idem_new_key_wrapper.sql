@@ -1,0 +1,2 @@
+-- language: sql
+SELECT idem.new_uuid_v7()

@@ -1,0 +1,1 @@
+-- absent: the SQL edition has no background worker; expired keys are purged by idem_purge() (schedule it with pg_cron)

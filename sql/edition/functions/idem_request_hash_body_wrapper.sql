@@ -1,0 +1,2 @@
+-- language: sql
+SELECT idem.request_hash_of_body(body)

@@ -1,0 +1,1 @@
+-- absent: not written for the SQL edition yet

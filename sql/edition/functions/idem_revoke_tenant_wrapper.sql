@@ -1,0 +1,12 @@
+DECLARE
+    s idem.owner_settings := idem.owner_settings();
+BEGIN
+    IF role IS NULL THEN
+        PERFORM idem.null_argument('role', 'Name the role, such as ''app'' (a regrole).');
+    END IF;
+    PERFORM idem.check_name(tenant, 'tenant', s.max_key_length);
+    DELETE FROM idem.tenant_grants AS g
+     WHERE g.tenant OPERATOR(pg_catalog.=) idem_revoke_tenant.tenant
+       AND g.role::pg_catalog.oid OPERATOR(pg_catalog.=) idem_revoke_tenant.role::pg_catalog.oid;
+    RETURN FOUND;
+END

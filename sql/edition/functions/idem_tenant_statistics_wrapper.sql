@@ -1,0 +1,1 @@
+-- absent: the native edition counts events in shared memory, which only its library can allocate; the SQL edition keeps no counters

@@ -1,0 +1,794 @@
+-- The SQL edition's rules: the same decisions as the native edition's src/rules/ (claims,
+-- consumes, fenced calls, a key's times) and src/store/spi.rs (how a key is locked, read and
+-- written), with the same errors (src/errors.rs) and argument checks (src/sql_api/args.rs).
+-- tests/sql_edition.rs runs the same calls against both editions and compares every answer
+-- and every error field by field.
+--
+-- These functions live in schema idem, which only pg_idem's owner may use; the public
+-- functions (sql/edition/functions/) are SECURITY DEFINER and call them as the owner. Every
+-- name and operator is qualified: nothing here resolves through a search_path.
+
+-- ---------------------------------------------------------------------------------------------
+-- Errors (src/errors.rs): one SQLSTATE per kind, a message naming the argument, detail, hint
+-- ---------------------------------------------------------------------------------------------
+
+CREATE FUNCTION idem.raise_error(code text, message text, detail text, hint text) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, DETAIL = detail, HINT = hint;
+END
+$$;
+
+CREATE FUNCTION idem.null_argument(argument text, hint text) RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT idem.raise_error('22004', pg_catalog.format('argument "%s" must not be null', argument),
+        pg_catalog.format('pg_idem cannot act on a NULL %s.', argument), hint)
+$$;
+
+CREATE FUNCTION idem.invalid_argument(argument text, problem text, detail text, hint text) RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT idem.raise_error('22023', pg_catalog.format('argument "%s" %s', argument, problem), detail, hint)
+$$;
+
+CREATE FUNCTION idem.too_large(argument text, detail text, hint text) RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT idem.raise_error('54000', pg_catalog.format('argument "%s" is too large', argument), detail, hint)
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Argument checks (src/sql_api/args.rs)
+-- ---------------------------------------------------------------------------------------------
+
+-- A tenant, key or stream name: not NULL, not empty, at most pg_idem.max_key_length characters.
+CREATE FUNCTION idem.check_name(value text, argument text, max_chars integer) RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    chars integer;
+BEGIN
+    IF value IS NULL THEN
+        PERFORM idem.null_argument(argument,
+            'Pass a non-empty text; single-tenant applications can use a constant tenant such as ''default''.');
+    END IF;
+    IF value OPERATOR(pg_catalog.=) '' THEN
+        PERFORM idem.invalid_argument(argument, 'must not be empty',
+            pg_catalog.format('An empty %s cannot identify anything.', argument), 'Pass a non-empty text.');
+    END IF;
+    chars := pg_catalog.char_length(value);
+    IF chars OPERATOR(pg_catalog.>) max_chars THEN
+        PERFORM idem.invalid_argument(argument, 'is too long',
+            pg_catalog.format('It has %s characters; pg_idem.max_key_length allows %s.', chars, max_chars),
+            'Use a shorter value, such as a UUID from idem_new_key(), or raise pg_idem.max_key_length.');
+    END IF;
+    RETURN value;
+END
+$$;
+
+-- A tenant and key that fit the index together (at most 2400 bytes).
+CREATE FUNCTION idem.check_tenant_and_key(tenant text, key text, key_argument text, max_chars integer)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bytes integer;
+BEGIN
+    PERFORM idem.check_name(tenant, 'tenant', max_chars);
+    PERFORM idem.check_name(key, key_argument, max_chars);
+    bytes := pg_catalog.octet_length(tenant) OPERATOR(pg_catalog.+) pg_catalog.octet_length(key);
+    IF bytes OPERATOR(pg_catalog.>) 2400 THEN
+        PERFORM idem.invalid_argument(key_argument, 'is too long',
+            pg_catalog.format('tenant and %s take %s bytes together; at most 2400 fit in the index.', key_argument, bytes),
+            'Use shorter values, such as a UUID from idem_new_key().');
+    END IF;
+END
+$$;
+
+-- A request fingerprint: not NULL, at most 512 characters; what idem.keys stores for it.
+CREATE FUNCTION idem.check_request_hash(value text) RETURNS bytea
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    chars integer;
+BEGIN
+    IF value IS NULL THEN
+        PERFORM idem.null_argument('request_hash',
+            'Pass a fingerprint of the request, for example idem_request_hash(method, path, body), or '''' to skip the check.');
+    END IF;
+    chars := pg_catalog.char_length(value);
+    IF chars OPERATOR(pg_catalog.>) 512 THEN
+        PERFORM idem.invalid_argument('request_hash', 'is too long',
+            pg_catalog.format('It has %s characters; at most 512 are accepted.', chars),
+            'Pass a digest of the request, such as idem_request_hash(method, path, body), not the request itself.');
+    END IF;
+    RETURN idem.stored_request_hash(value);
+END
+$$;
+
+CREATE FUNCTION idem.check_fence(fence bigint) RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF fence IS NULL THEN
+        PERFORM idem.null_argument('fence', 'Pass the fence that idem_claim returned with outcome ''claimed''.');
+    END IF;
+    RETURN fence;
+END
+$$;
+
+-- A lease or ttl in microseconds: the argument, or default_us when it is NULL; positive and at
+-- most 100 years (36000 days).
+CREATE FUNCTION idem.check_duration(value interval, argument text, default_us bigint) RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    us numeric;
+BEGIN
+    IF value IS NULL THEN
+        RETURN default_us;
+    END IF;
+    us := idem.interval_us(value);
+    IF us OPERATOR(pg_catalog.<=) 0 THEN
+        PERFORM idem.invalid_argument(argument, 'must be positive', pg_catalog.format('Got %s microseconds.', us),
+            'Pass a positive interval such as ''30 seconds'', or NULL for the default setting.');
+    END IF;
+    IF us OPERATOR(pg_catalog.>) 3110400000000000 THEN
+        PERFORM idem.invalid_argument(argument, 'is too long',
+            pg_catalog.format('Got %s microseconds; at most 100 years are accepted, counted as 36000 days (an interval''s month is 30 days).', us),
+            'Pass a shorter interval, or NULL for the default setting.');
+    END IF;
+    RETURN us::pg_catalog.int8;
+END
+$$;
+
+-- A response body or checkpoint payload within pg_idem.max_response_bytes.
+CREATE FUNCTION idem.check_payload(value jsonb, argument text, max_bytes integer) RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    size integer := pg_catalog.pg_column_size(value);
+BEGIN
+    IF size OPERATOR(pg_catalog.>) max_bytes THEN
+        PERFORM idem.too_large(argument,
+            pg_catalog.format('It takes %s bytes; pg_idem.max_response_bytes allows %s.', size, max_bytes),
+            'Store a reference to the response (an id or a URL) instead of the whole body, or raise pg_idem.max_response_bytes.');
+    END IF;
+    RETURN value;
+END
+$$;
+
+-- The lease and ttl of a claim: the arguments, or the session's settings (pg_idem.lease_timeout
+-- in milliseconds, pg_idem.ttl in seconds, as natively).
+CREATE FUNCTION idem.lease_us(lease interval) RETURNS bigint
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT idem.check_duration(lease, 'lease', idem.session_duration_us('pg_idem.lease_timeout', 1000, 60000000))
+$$;
+
+CREATE FUNCTION idem.ttl_us(ttl interval) RETURNS bigint
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT idem.check_duration(ttl, 'ttl', idem.session_duration_us('pg_idem.ttl', 1000000, 86400000000))
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Tenants as an access boundary (src/sql_api/tenants.rs)
+-- ---------------------------------------------------------------------------------------------
+
+-- Whom a tenant check asks about: the role the session acts as (SET ROLE's, else the session
+-- user), which pg_idem's own switch to its owner (SECURITY DEFINER) does not change. Inside a
+-- security-restricted operation (ANALYZE, VACUUM, REINDEX, CREATE INDEX, REFRESH MATERIALIZED
+-- VIEW, autovacuum running a table owner's index expressions), PostgreSQL acts as the table's
+-- owner, which a SQL function cannot learn: the session's role would lend that code the rights
+-- of whoever started the maintenance, so no tenant is allowed there at all.
+CREATE FUNCTION idem.check_access(tenant text, tenant_grants boolean) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    role_name text;
+    restricted_operation boolean := false;
+BEGIN
+    IF NOT tenant_grants THEN
+        RETURN;
+    END IF;
+    role_name := pg_catalog.current_setting('role');
+    IF role_name OPERATOR(pg_catalog.=) 'none' THEN
+        role_name := SESSION_USER;
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles AS r
+               WHERE r.rolname OPERATOR(pg_catalog.=) role_name AND r.rolsuper) THEN
+        RETURN;
+    END IF;
+    -- UNLISTEN is refused in a security-restricted operation, and nowhere else that matters
+    -- here (it is allowed in SECURITY DEFINER functions, in read-only transactions and on a
+    -- hot standby); of a channel nobody listens to it does nothing
+    BEGIN
+        EXECUTE 'UNLISTEN pg_idem_no_channel';
+    EXCEPTION WHEN insufficient_privilege THEN
+        restricted_operation := true;
+    END;
+    IF NOT restricted_operation AND EXISTS (
+        SELECT FROM idem.tenant_grants AS g
+        WHERE g.tenant OPERATOR(pg_catalog.=) check_access.tenant
+          AND pg_catalog.pg_has_role(role_name, g.role::pg_catalog.oid, 'USAGE')) THEN
+        RETURN;
+    END IF;
+    IF restricted_operation THEN
+        PERFORM idem.raise_error('42501', pg_catalog.format('permission denied for tenant "%s"', tenant),
+            'pg_idem.tenant_grants is on and the call runs inside a security-restricted operation (maintenance running a table owner''s code), whose role pg_idem''s SQL edition cannot check.',
+            'Do not call pg_idem from index expressions, or from other code that maintenance runs; the native edition checks the table owner''s grants there.');
+    END IF;
+    PERFORM idem.raise_error('42501', pg_catalog.format('permission denied for tenant "%s"', tenant),
+        pg_catalog.format('Role "%s" has no grant on tenant "%s" (directly or through a role it has the privileges of), and pg_idem.tenant_grants is on.', role_name, tenant),
+        'A superuser grants the tenant with idem_grant_tenant(role, tenant); SET ROLE to a role that has the grant also works.');
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- A key as stored (src/rules/key_row.rs)
+-- ---------------------------------------------------------------------------------------------
+
+-- A key's row decoded: what each NULL of a message row means (MessageRows), and the rules of
+-- its times. expires_at is COALESCE(expires_at, purge_after), as rules::key_row::in_sql says.
+CREATE TYPE idem.key_row AS (
+    fence bigint,
+    state "char",
+    request_hash bytea,
+    attempt integer,
+    response_code integer,
+    response_body jsonb,
+    lease_expires_at timestamptz,
+    expires_at timestamptz,
+    ttl_us bigint,
+    checkpoint_phase text,
+    checkpoint_data jsonb
+);
+
+-- The key's row (NULL when absent), locked FOR NO KEY UPDATE when for_update (waiting for a
+-- transaction changing it). A row only a bug or a hand edit can make is refused loudly.
+CREATE FUNCTION idem.read_key(tenant text, key text, for_update boolean) RETURNS idem.key_row
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    k idem.keys;
+    r idem.key_row;
+BEGIN
+    IF for_update THEN
+        SELECT * INTO k FROM idem.keys AS t
+        WHERE t.tenant OPERATOR(pg_catalog.=) read_key.tenant AND t.key OPERATOR(pg_catalog.=) read_key.key
+        FOR NO KEY UPDATE OF t;
+    ELSE
+        SELECT * INTO k FROM idem.keys AS t
+        WHERE t.tenant OPERATOR(pg_catalog.=) read_key.tenant AND t.key OPERATOR(pg_catalog.=) read_key.key;
+    END IF;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF k.state IS NULL OR k.state::pg_catalog.text NOT IN ('p', 'c', 'f') THEN
+        PERFORM idem.impossible(pg_catalog.format('state %s', pg_catalog.quote_nullable(k.state::pg_catalog.text)));
+    END IF;
+    IF k.expires_at IS NULL THEN
+        -- a message row
+        IF k.state OPERATOR(pg_catalog.<>) 'c'::"char" OR k.ttl IS NOT NULL THEN
+            PERFORM idem.impossible(pg_catalog.format('expires_at NULL in a row in state %s', k.state));
+        END IF;
+        r := ROW(COALESCE(k.fence, 0), k.state,
+                 COALESCE(k.request_hash, idem.stored_request_hash('')),
+                 COALESCE(k.attempt, 1), k.response_code, k.response_body,
+                 k.lease_expires_at, k.purge_after, NULL, k.checkpoint_phase, k.checkpoint_data);
+        RETURN r;
+    END IF;
+    IF k.fence IS NULL OR k.request_hash IS NULL OR k.attempt IS NULL OR k.ttl IS NULL THEN
+        PERFORM idem.impossible('NULL in a column of a whole row');
+    END IF;
+    IF pg_catalog.octet_length(k.request_hash) OPERATOR(pg_catalog.<>) 16 THEN
+        PERFORM idem.impossible(pg_catalog.format('request hash of %s bytes', pg_catalog.octet_length(k.request_hash)));
+    END IF;
+    r := ROW(k.fence, k.state, k.request_hash, k.attempt, k.response_code, k.response_body,
+             k.lease_expires_at, k.expires_at, idem.interval_us(k.ttl)::pg_catalog.int8,
+             k.checkpoint_phase, k.checkpoint_data);
+    RETURN r;
+END
+$$;
+
+CREATE FUNCTION idem.impossible(what text) RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT idem.raise_error('XX000', 'pg_idem internal error: reading idem.keys',
+        pg_catalog.format('unexpected %s', what),
+        'This is a bug in pg_idem; please report it with the statement that caused it.')
+$$;
+
+-- `at` plus a duration in microseconds: the one way a lease or a ttl is added to a time.
+CREATE FUNCTION idem.after(at timestamptz, duration_us bigint) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT at OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => duration_us::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000)
+$$;
+
+-- Whether this transaction holds the key's lock already (it claimed the key, or proved its
+-- fence): only asked in the rare case where the answer depends on it (its own attempt, past its
+-- lease), because pg_locks is not cheap.
+CREATE FUNCTION idem.holds_key_lock(lock_id bigint) RETURNS boolean
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (
+        SELECT FROM pg_catalog.pg_locks AS l
+        WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
+          AND l.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()
+          AND l.granted AND l.objsubid OPERATOR(pg_catalog.=) 1
+          AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database AS d
+                                                 WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+          AND l.classid::pg_catalog.int8 OPERATOR(pg_catalog.=) ((lock_id OPERATOR(pg_catalog.>>) 32) OPERATOR(pg_catalog.&) 4294967295)
+          AND l.objid::pg_catalog.int8 OPERATOR(pg_catalog.=) (lock_id OPERATOR(pg_catalog.&) 4294967295))
+$$;
+
+-- 25006 as the executor raises it for a write in a read-only transaction (a hot standby).
+CREATE FUNCTION idem.prevent_if_read_only(command text) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+        PERFORM idem.raise_error('25006', pg_catalog.format('cannot execute %s in a read-only transaction', command), NULL, NULL);
+    END IF;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Claims (src/rules/claims.rs, src/store/spi.rs's claim)
+-- ---------------------------------------------------------------------------------------------
+
+-- What a claim answers for `r`, the key as the claim sees it: 'answer:<outcome>' (replay,
+-- in_progress, mismatch, stale_key) or 'claim:first' / 'claim:next' (a takeover). mine: the
+-- attempt in progress is this transaction's own.
+CREATE FUNCTION idem.plan_claim(r idem.key_row, mine boolean, request_hash bytea, key text,
+                                ttl_us bigint, reject_stale_uuidv7 boolean, now timestamptz)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    key_ms bigint;
+BEGIN
+    IF r.state IS NOT NULL AND mine AND r.state OPERATOR(pg_catalog.=) 'p'::"char"
+       AND r.request_hash OPERATOR(pg_catalog.=) plan_claim.request_hash THEN
+        RETURN 'answer:in_progress';
+    END IF;
+    IF r.state IS NULL OR now OPERATOR(pg_catalog.>) r.expires_at THEN
+        IF reject_stale_uuidv7 THEN
+            key_ms := idem.uuid_v7_unix_ms(key);
+            IF key_ms IS NOT NULL AND pg_catalog.to_timestamp(key_ms::pg_catalog.float8 OPERATOR(pg_catalog./) 1000)
+                   OPERATOR(pg_catalog.<) (now OPERATOR(pg_catalog.-) pg_catalog.make_interval(secs => ttl_us::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000)) THEN
+                RETURN 'answer:stale_key';
+            END IF;
+        END IF;
+        RETURN 'claim:first';
+    END IF;
+    IF r.request_hash OPERATOR(pg_catalog.<>) plan_claim.request_hash THEN
+        RETURN 'answer:mismatch';
+    END IF;
+    IF r.state OPERATOR(pg_catalog.<>) 'p'::"char" THEN
+        RETURN 'answer:replay';
+    END IF;
+    IF r.lease_expires_at IS NOT NULL AND now OPERATOR(pg_catalog.<=) r.lease_expires_at THEN
+        RETURN 'answer:in_progress';
+    END IF;
+    RETURN 'claim:next';
+END
+$$;
+
+-- What a claim answers: the columns of idem_claim's result type (sql/api.sql), in its order.
+CREATE TYPE idem.claim_answer AS (
+    outcome text,
+    fence bigint,
+    attempt integer,
+    response_code integer,
+    response_body jsonb,
+    lease_expires_at timestamptz,
+    expires_at timestamptz,
+    checkpoint_phase text,
+    checkpoint_data jsonb
+);
+
+-- The claim of a key; its answer as idem_claim's result row.
+CREATE FUNCTION idem.claim(tenant text, key text, request_hash bytea, lease_us bigint, ttl_us bigint,
+                           reject_stale_uuidv7 boolean, now timestamptz)
+RETURNS idem.claim_answer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    lock_id bigint := idem.key_lock_id(tenant, key);
+    r idem.key_row;
+    plan text;
+    mine boolean := false;
+    new_fence bigint;
+    new_attempt integer;
+    lease_at timestamptz := idem.after(now, lease_us);
+    purge_at timestamptz := idem.after(now, ttl_us);
+    expires timestamptz := GREATEST(idem.after(now, ttl_us), idem.after(now, lease_us));
+    ttl_value interval := pg_catalog.make_interval(secs => ttl_us::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000);
+    phase text;
+    data jsonb;
+    result idem.claim_answer;
+BEGIN
+    FOR round IN 1..4 LOOP
+        -- read first: answers that need no write (replays, live leases, mismatches) take no lock
+        r := idem.read_key(tenant, key, false);
+        IF r.state OPERATOR(pg_catalog.=) 'p'::"char" AND r.request_hash OPERATOR(pg_catalog.=) claim.request_hash
+           AND NOT (r.lease_expires_at IS NOT NULL AND now OPERATOR(pg_catalog.<=) r.lease_expires_at AND now OPERATOR(pg_catalog.<=) r.expires_at) THEN
+            mine := idem.holds_key_lock(lock_id);
+        END IF;
+        plan := idem.plan_claim(r, mine, claim.request_hash, key, ttl_us, reject_stale_uuidv7, now);
+        IF plan OPERATOR(pg_catalog.~~) 'answer:%' THEN
+            RETURN idem.claim_answer(pg_catalog.substr(plan, 8), r);
+        END IF;
+        PERFORM idem.prevent_if_read_only('INSERT');
+        IF NOT pg_catalog.pg_try_advisory_xact_lock(lock_id) THEN
+            -- another transaction is claiming or finishing this key right now
+            RETURN idem.claim_answer('in_progress', NULL);
+        END IF;
+        -- with the key lock held, only a purge can be changing the row: decide on what it left
+        r := idem.read_key(tenant, key, true);
+        plan := idem.plan_claim(r, mine, claim.request_hash, key, ttl_us, reject_stale_uuidv7, now);
+        IF plan OPERATOR(pg_catalog.~~) 'answer:%' THEN
+            RETURN idem.claim_answer(pg_catalog.substr(plan, 8), r);
+        END IF;
+        new_attempt := CASE WHEN plan OPERATOR(pg_catalog.=) 'claim:next' THEN r.attempt OPERATOR(pg_catalog.+) 1 ELSE 1 END;
+        new_fence := pg_catalog.nextval('idem.fence_seq'::pg_catalog.regclass);
+        IF r.state IS NULL THEN
+            INSERT INTO idem.keys AS k (tenant, key, fence, attempt, state, request_hash, claimed_at,
+                                        lease_expires_at, expires_at, purge_after, ttl, response_code,
+                                        response_body, checkpoint_phase, checkpoint_data)
+            VALUES (claim.tenant, claim.key, new_fence, new_attempt, 'p', claim.request_hash, now, lease_at,
+                    expires, purge_at, ttl_value, NULL, NULL, NULL, NULL)
+            ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
+            RETURNING k.checkpoint_phase, k.checkpoint_data INTO phase, data;
+            IF NOT FOUND THEN
+                -- inserted by another transaction meanwhile (a Citus node, or the native edition)
+                RETURN idem.claim_answer('in_progress', NULL);
+            END IF;
+        ELSE
+            UPDATE idem.keys AS k
+               SET fence = new_fence, attempt = new_attempt, state = 'p',
+                   request_hash = claim.request_hash, claimed_at = now, lease_expires_at = lease_at,
+                   expires_at = expires, purge_after = LEAST(k.purge_after, purge_at),
+                   ttl = ttl_value, response_code = NULL, response_body = NULL,
+                   -- only a takeover hands the last checkpoint on
+                   checkpoint_phase = CASE WHEN plan OPERATOR(pg_catalog.=) 'claim:next' THEN k.checkpoint_phase END,
+                   checkpoint_data = CASE WHEN plan OPERATOR(pg_catalog.=) 'claim:next' THEN k.checkpoint_data END
+             WHERE k.tenant OPERATOR(pg_catalog.=) claim.tenant AND k.key OPERATOR(pg_catalog.=) claim.key
+            RETURNING k.checkpoint_phase, k.checkpoint_data INTO phase, data;
+            IF NOT FOUND THEN
+                -- purged meanwhile: look again
+                CONTINUE;
+            END IF;
+        END IF;
+        result := ROW('claimed', new_fence, new_attempt, NULL, NULL, lease_at, expires, phase, data);
+        RETURN result;
+    END LOOP;
+    RETURN idem.claim_answer('in_progress', NULL);
+END
+$$;
+
+-- The row idem_claim returns for an answer that wrote nothing (src/sql_api/calls.rs ClaimRow):
+-- never the holder's fence, which would let this caller act in the holder's name.
+CREATE FUNCTION idem.claim_answer(outcome text, r idem.key_row) RETURNS idem.claim_answer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    result idem.claim_answer;
+BEGIN
+    IF outcome OPERATOR(pg_catalog.=) 'replay' THEN
+        result := ROW(CASE WHEN r.state OPERATOR(pg_catalog.=) 'f'::"char" THEN 'failed' ELSE 'completed' END,
+                      NULL, r.attempt, r.response_code, r.response_body, NULL, r.expires_at, NULL, NULL);
+    ELSIF outcome OPERATOR(pg_catalog.=) 'in_progress' THEN
+        result := ROW('in_progress', NULL, r.attempt, NULL, NULL, r.lease_expires_at, r.expires_at, NULL, NULL);
+    ELSE
+        result := ROW(outcome, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+    END IF;
+    RETURN result;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Operations under a fence (src/rules/fenced.rs)
+-- ---------------------------------------------------------------------------------------------
+
+-- Locks the key (its lock, then its row), checks that `fence` holds it, and applies the
+-- operation: 'complete', 'fail', 'heartbeat', 'checkpoint', 'release' or 'assert'. Returns the
+-- row's expires_at and lease_expires_at after it.
+CREATE FUNCTION idem.fenced(function text, tenant text, key text, fence bigint, operation text,
+                            now timestamptz, response_code integer DEFAULT NULL,
+                            response_body jsonb DEFAULT NULL, lease_us bigint DEFAULT NULL,
+                            phase text DEFAULT NULL, data jsonb DEFAULT NULL,
+                            OUT expires_at timestamptz, OUT lease_expires_at timestamptz)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r idem.key_row;
+BEGIN
+    PERFORM idem.prevent_if_read_only(CASE operation WHEN 'release' THEN 'DELETE'
+        WHEN 'assert' THEN 'SELECT FOR NO KEY UPDATE' ELSE 'UPDATE' END);
+    PERFORM pg_catalog.pg_advisory_xact_lock(idem.key_lock_id(tenant, key));
+    r := idem.read_key(tenant, key, true);
+    IF r.state IS NULL THEN
+        PERFORM idem.raise_error('P0002',
+            pg_catalog.format('%s: key "%s" of tenant "%s" does not exist', function, key, tenant),
+            pg_catalog.format('No key holds fence %s: it was never claimed, or it was released, forgotten or purged since.', fence),
+            'Claim the key with idem_claim() first; a released or purged key must be claimed again.');
+    END IF;
+    IF r.fence OPERATOR(pg_catalog.<>) fenced.fence OR r.state OPERATOR(pg_catalog.<>) 'p'::"char" THEN
+        PERFORM idem.raise_error('55000',
+            pg_catalog.format('%s: lease lost on key "%s" of tenant "%s"', function, key, tenant),
+            CASE r.state
+                WHEN 'c'::"char" THEN pg_catalog.format('The key is already completed; fence %s cannot change it.', fence)
+                WHEN 'f'::"char" THEN pg_catalog.format('The key already holds a final error; fence %s cannot change it.', fence)
+                ELSE pg_catalog.format('Fence %s does not hold this key: another attempt holds it (after a takeover or a new claim), or it never was this key''s fence.', fence)
+            END,
+            'Stop this attempt and roll back its transaction; the attempt that holds the key now, or the stored response, is authoritative.');
+    END IF;
+    expires_at := r.expires_at;
+    lease_expires_at := r.lease_expires_at;
+    CASE operation
+    WHEN 'complete', 'fail' THEN
+        -- a final outcome is replayed for its ttl from now; the lease and the checkpoint go
+        expires_at := idem.after(now, r.ttl_us);
+        lease_expires_at := NULL;
+        UPDATE idem.keys AS k
+           SET state = CASE operation WHEN 'complete' THEN 'c'::"char" ELSE 'f'::"char" END,
+               response_code = fenced.response_code, response_body = fenced.response_body,
+               lease_expires_at = NULL, expires_at = fenced.expires_at,
+               checkpoint_phase = NULL, checkpoint_data = NULL
+         WHERE k.tenant OPERATOR(pg_catalog.=) fenced.tenant AND k.key OPERATOR(pg_catalog.=) fenced.key;
+    WHEN 'heartbeat' THEN
+        -- a sign of life keeps the key for its ttl from now, never less than its lease
+        lease_expires_at := idem.after(now, lease_us);
+        expires_at := GREATEST(r.expires_at, lease_expires_at, idem.after(now, r.ttl_us));
+        UPDATE idem.keys AS k
+           SET lease_expires_at = fenced.lease_expires_at, expires_at = fenced.expires_at
+         WHERE k.tenant OPERATOR(pg_catalog.=) fenced.tenant AND k.key OPERATOR(pg_catalog.=) fenced.key;
+    WHEN 'checkpoint' THEN
+        expires_at := GREATEST(r.expires_at, idem.after(now, r.ttl_us));
+        UPDATE idem.keys AS k
+           SET checkpoint_phase = phase, checkpoint_data = data, expires_at = fenced.expires_at
+         WHERE k.tenant OPERATOR(pg_catalog.=) fenced.tenant AND k.key OPERATOR(pg_catalog.=) fenced.key;
+    WHEN 'release' THEN
+        DELETE FROM idem.keys AS k
+         WHERE k.tenant OPERATOR(pg_catalog.=) fenced.tenant AND k.key OPERATOR(pg_catalog.=) fenced.key;
+    WHEN 'assert' THEN
+        NULL; -- locked already
+    END CASE;
+END
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Consumed messages (src/rules/consumes.rs, src/store/spi.rs's consume)
+-- ---------------------------------------------------------------------------------------------
+
+-- Records a message as processed unless it was: true when it is new. The key lock is waited
+-- for (a transaction claiming, finishing or consuming the key holds it until it ends), then
+-- the row lock, and the decision is made on what they left. A new message is a narrow row
+-- (sql/schema.sql): its key, state 'c' and its expiry in purge_after, every other column NULL.
+CREATE FUNCTION idem.consume(tenant text, key text, ttl_us bigint, now timestamptz) RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    lock_id bigint := idem.key_lock_id(tenant, key);
+    r idem.key_row;
+    mine boolean := false;
+    new_attempt integer;
+    expiry timestamptz := idem.after(now, ttl_us);
+BEGIN
+    LOOP
+        r := idem.read_key(tenant, key, false);
+        IF r.state OPERATOR(pg_catalog.=) 'p'::"char" THEN
+            -- whether this transaction held the key lock before: its own attempt, then (only
+            -- asked here: the answer depends on it for an attempt in progress only)
+            mine := idem.holds_key_lock(lock_id);
+        ELSIF r.state IS NOT NULL AND now OPERATOR(pg_catalog.<=) r.expires_at THEN
+            -- processed already: nothing any transaction holding the key lock could change
+            RETURN false;
+        END IF;
+        IF NOT pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+            -- wait for whoever is claiming, finishing or consuming the key, then decide on
+            -- what it left
+            PERFORM pg_catalog.pg_advisory_xact_lock(lock_id);
+            r := idem.read_key(tenant, key, true);
+        END IF;
+        -- the rule of src/rules/consumes.rs's plan_consume
+        new_attempt := NULL;
+        IF r.state OPERATOR(pg_catalog.=) 'p'::"char" AND mine THEN
+            PERFORM idem.consume_held(tenant, key, r.lease_expires_at, true);
+        END IF;
+        IF r.state IS NOT NULL AND now OPERATOR(pg_catalog.<=) r.expires_at THEN
+            IF r.state OPERATOR(pg_catalog.<>) 'p'::"char" THEN
+                RETURN false;
+            END IF;
+            IF r.lease_expires_at IS NOT NULL AND now OPERATOR(pg_catalog.<=) r.lease_expires_at THEN
+                PERFORM idem.consume_held(tenant, key, r.lease_expires_at, false);
+            END IF;
+            -- a takeover of an attempt of idem_claim whose lease passed counts its attempts
+            new_attempt := r.attempt OPERATOR(pg_catalog.+) 1;
+        END IF;
+        PERFORM idem.prevent_if_read_only('INSERT');
+        IF r.state IS NULL THEN
+            INSERT INTO idem.keys AS k (tenant, key, state, purge_after)
+            VALUES (consume.tenant, consume.key, 'c', expiry)
+            ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING;
+        ELSE
+            UPDATE idem.keys AS k
+               SET state = 'c', lease_expires_at = NULL, response_code = NULL, response_body = NULL,
+                   checkpoint_phase = NULL, checkpoint_data = NULL, expires_at = NULL,
+                   purge_after = expiry, fence = NULL, attempt = new_attempt,
+                   request_hash = NULL, claimed_at = NULL, ttl = NULL
+             WHERE k.tenant OPERATOR(pg_catalog.=) consume.tenant AND k.key OPERATOR(pg_catalog.=) consume.key;
+        END IF;
+        IF FOUND THEN
+            RETURN true;
+        END IF;
+        -- inserted by another node meanwhile, or purged: look again
+    END LOOP;
+END
+$$;
+
+-- 55P03: idem_consume of a key an attempt of idem_claim holds (mine: this transaction's).
+CREATE FUNCTION idem.consume_held(tenant text, key text, lease_expires_at timestamptz, mine boolean)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT idem.raise_error('55P03',
+        pg_catalog.format('idem_consume: key "%s" of tenant "%s" is held by an attempt in progress', key, tenant),
+        CASE WHEN mine THEN 'This transaction claimed it with idem_claim and has not completed it.'
+             WHEN lease_expires_at IS NOT NULL
+             THEN pg_catalog.format('An attempt claimed it with idem_claim; its lease runs until %s.', lease_expires_at)
+             ELSE 'An attempt claimed it with idem_claim.' END,
+        'Do not acknowledge the message: let it be redelivered later (once the lease has passed, idem_consume takes the key over), or finish the attempt with idem_complete.')
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- The purge (src/store/spi.rs's purge_batch_sql)
+-- ---------------------------------------------------------------------------------------------
+
+-- One batch: locks up to `batch` keys whose purge_after has passed (SKIP LOCKED: never waits),
+-- deletes the purgeable ones (expired, no live lease) and moves purge_after up for the others
+-- (keys whose expiry moved since). Only the tenants in `tenants` when it is not NULL. Returns
+-- (looked at, deleted).
+CREATE FUNCTION idem.purge_batch(now timestamptz, batch integer, tenants text[],
+                                 OUT scanned bigint, OUT deleted bigint)
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH batch AS MATERIALIZED (
+        SELECT c.ctid AS row_id,
+               (COALESCE(c.expires_at, c.purge_after) OPERATOR(pg_catalog.<) now
+                AND (c.lease_expires_at IS NULL OR c.lease_expires_at OPERATOR(pg_catalog.<) now)) AS purgeable
+          FROM idem.keys AS c
+         WHERE c.purge_after OPERATOR(pg_catalog.<) now
+           AND (tenants IS NULL OR c.tenant OPERATOR(pg_catalog.=) ANY (tenants))
+         ORDER BY c.purge_after LIMIT batch
+           FOR UPDATE SKIP LOCKED),
+    deleted AS (
+        DELETE FROM idem.keys AS k
+         WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT b.row_id FROM batch AS b WHERE b.purgeable))
+        RETURNING 1),
+    rearmed AS (
+        UPDATE idem.keys AS k
+           SET purge_after = LEAST(k.expires_at, now OPERATOR(pg_catalog.+) k.ttl)
+         WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT b.row_id FROM batch AS b WHERE NOT b.purgeable))
+        RETURNING 1)
+    SELECT (SELECT pg_catalog.count(*) FROM batch), (SELECT pg_catalog.count(*) FROM deleted)
+$$;
+
+-- Purges expired keys in batches until none is left (or max_rows are deleted).
+CREATE FUNCTION idem.purge(max_rows bigint, tenants text[], now timestamptz) RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    total bigint := 0;
+    batch integer;
+    b record;
+BEGIN
+    LOOP
+        batch := LEAST(1000, COALESCE(max_rows OPERATOR(pg_catalog.-) total, 1000))::pg_catalog.int4;
+        EXIT WHEN batch OPERATOR(pg_catalog.<=) 0;
+        b := idem.purge_batch(now, batch, tenants);
+        total := total OPERATOR(pg_catalog.+) b.deleted;
+        -- a batch that deleted nothing has only rows whose expiry moved (re-armed now) or none
+        EXIT WHEN b.scanned OPERATOR(pg_catalog.<) batch OR b.deleted OPERATOR(pg_catalog.=) 0;
+    END LOOP;
+    RETURN total;
+END
+$$;
+
+-- The tenants whose expired keys the caller may purge: NULL for all of them.
+CREATE FUNCTION idem.purgeable_tenants(tenant_grants boolean) RETURNS text[]
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    role_name text := pg_catalog.current_setting('role');
+BEGIN
+    IF NOT tenant_grants THEN
+        RETURN NULL;
+    END IF;
+    IF role_name OPERATOR(pg_catalog.=) 'none' THEN
+        role_name := SESSION_USER;
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) role_name AND r.rolsuper) THEN
+        RETURN NULL;
+    END IF;
+    RETURN ARRAY(SELECT DISTINCT g.tenant FROM idem.tenant_grants AS g
+                  WHERE pg_catalog.pg_has_role(role_name, g.role::pg_catalog.oid, 'USAGE'));
+END
+$$;
+
+-- The elements of a batch argument: not NULL, at most pg_idem.max_batch_keys of them (counted
+-- before any is read), no NULL element. Returns how many.
+CREATE FUNCTION idem.check_batch(elements anyarray, argument text, hint text, max_batch integer) RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n integer;
+BEGIN
+    IF elements IS NULL THEN
+        PERFORM idem.null_argument(argument, hint);
+    END IF;
+    n := COALESCE(pg_catalog.cardinality(elements), 0);
+    IF n OPERATOR(pg_catalog.>) max_batch THEN
+        PERFORM idem.too_large(argument,
+            pg_catalog.format('The batch has %s elements; pg_idem.max_batch_keys allows %s.', n, max_batch),
+            'Split the batch, or raise pg_idem.max_batch_keys.');
+    END IF;
+    FOR i IN 1..n LOOP
+        IF elements[i] IS NULL THEN
+            PERFORM idem.null_argument(pg_catalog.format('%s[%s]', argument, i), 'Remove NULL elements from the batch.');
+        END IF;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+-- The name of a step (a checkpoint phase, a downstream call): present, at most 256 characters.
+CREATE FUNCTION idem.check_label(value text, argument text, hint text) RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NULL THEN
+        PERFORM idem.null_argument(argument, hint);
+    END IF;
+    IF pg_catalog.char_length(value) OPERATOR(pg_catalog.>) 256 THEN
+        PERFORM idem.invalid_argument(argument, 'is too long',
+            pg_catalog.format('It has %s characters; at most 256 are accepted.', pg_catalog.char_length(value)), hint);
+    END IF;
+    RETURN value;
+END
+$$;

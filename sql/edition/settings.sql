@@ -1,0 +1,90 @@
+-- pg_idem's settings in the SQL edition (the native ones: src/pg/guc.rs).
+--
+-- Without pg_idem's library a pg_idem.* setting is a placeholder, which any session may SET for
+-- itself. That is fine for the settings the native edition lets every session change (lease
+-- timeout, ttl, reject_stale_uuidv7): they are read from the placeholders, with the native
+-- units. The settings only a superuser may change natively (the limits, and tenant_grants,
+-- which is an access boundary) would be no boundary as placeholders, so they live in this
+-- table, which only pg_idem's owner can read or write:
+--     UPDATE idem.settings SET value = 'on' WHERE name = 'pg_idem.tenant_grants';
+CREATE TABLE idem.settings (
+    name  text COLLATE "C" PRIMARY KEY,
+    value text NOT NULL
+);
+COMMENT ON TABLE idem.settings IS
+'pg_idem (SQL edition) settings only its owner may change: pg_idem.tenant_grants and the limits';
+INSERT INTO idem.settings (name, value) VALUES
+    ('pg_idem.tenant_grants', 'off'),
+    ('pg_idem.max_key_length', '255'),
+    ('pg_idem.max_response_bytes', '1048576'),
+    ('pg_idem.max_batch_keys', '1000');
+SELECT pg_catalog.pg_extension_config_dump('idem.settings', '');
+
+-- The owner's settings of one call, read once.
+CREATE TYPE idem.owner_settings AS (
+    tenant_grants boolean,
+    max_key_length integer,
+    max_response_bytes integer,
+    max_batch_keys integer
+);
+
+CREATE FUNCTION idem.owner_settings() RETURNS idem.owner_settings
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_catalog.max(CASE WHEN s.name OPERATOR(pg_catalog.=) 'pg_idem.tenant_grants' THEN s.value END)::pg_catalog.bool,
+           pg_catalog.max(CASE WHEN s.name OPERATOR(pg_catalog.=) 'pg_idem.max_key_length' THEN s.value END)::pg_catalog.int4,
+           pg_catalog.max(CASE WHEN s.name OPERATOR(pg_catalog.=) 'pg_idem.max_response_bytes' THEN s.value END)::pg_catalog.int4,
+           pg_catalog.max(CASE WHEN s.name OPERATOR(pg_catalog.=) 'pg_idem.max_batch_keys' THEN s.value END)::pg_catalog.int4
+    FROM idem.settings AS s
+$$;
+
+-- A session setting (placeholder) as microseconds: NULL or '' when unset gives the default; a
+-- bare number counts in the setting's native unit (unit_us microseconds each), anything else
+-- is read as an interval ('30s', '5min', '1 day').
+CREATE FUNCTION idem.session_duration_us(setting text, unit_us bigint, default_us bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    raw text := pg_catalog.current_setting(setting, true);
+    us bigint;
+BEGIN
+    IF raw IS NULL OR raw OPERATOR(pg_catalog.=) '' THEN
+        RETURN default_us;
+    END IF;
+    BEGIN
+        IF raw OPERATOR(pg_catalog.~) '^\s*[0-9]+\s*$' THEN
+            us := raw::pg_catalog.int8 OPERATOR(pg_catalog.*) unit_us;
+        ELSE
+            us := idem.interval_us(raw::pg_catalog.interval);
+        END IF;
+    EXCEPTION WHEN data_exception OR syntax_error THEN
+        us := NULL;
+    END;
+    IF us IS NULL OR us OPERATOR(pg_catalog.<=) 0 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'invalid_parameter_value',
+            MESSAGE = pg_catalog.format('invalid value for parameter "%s": "%s"', setting, raw),
+            DETAIL = 'pg_idem''s SQL edition reads this setting as a positive duration.',
+            HINT = 'Set a positive number in the setting''s unit or an interval such as ''30s''.';
+    END IF;
+    RETURN us;
+END
+$$;
+
+-- An interval as microseconds, a day counted as 24 hours and a month as 30 days, as the native
+-- edition counts them (src/sql_api/args.rs).
+CREATE FUNCTION idem.interval_us(value interval) RETURNS numeric
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- (OPERATOR() binds all operators alike, left to right: every step is parenthesised)
+    SELECT (((((EXTRACT(year FROM value) OPERATOR(pg_catalog.*) 12)
+                OPERATOR(pg_catalog.+) EXTRACT(month FROM value)) OPERATOR(pg_catalog.*) 30)
+              OPERATOR(pg_catalog.+) EXTRACT(day FROM value)) OPERATOR(pg_catalog.*) 86400000000)
+           OPERATOR(pg_catalog.+) (EXTRACT(hour FROM value) OPERATOR(pg_catalog.*) 3600000000)
+           OPERATOR(pg_catalog.+) (EXTRACT(minute FROM value) OPERATOR(pg_catalog.*) 60000000)
+           OPERATOR(pg_catalog.+) EXTRACT(microseconds FROM value)
+$$;

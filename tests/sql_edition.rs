@@ -1,0 +1,485 @@
+//! The SQL edition (scripts/sql_edition.py) against the native edition: the same calls, made
+//! through real client connections by the same unprivileged role, in the same order and the
+//! same transactions, must give the same answers and the same errors (SQLSTATE, message,
+//! detail and hint), on a native server (preloaded) and on a server where the SQL edition was
+//! installed plainly (psql -f) or through pg_tle (a managed-style server, as on RDS).
+//!
+//! Fences and times differ between two servers by nature: the steps project them (a fence
+//! carried in a session variable, a time compared with the clock), and the times inside error
+//! details are masked.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use pg_idem_tests::managed::{self, ManagedServer};
+use pg_idem_tests::{Client, Server};
+
+/// The generated SQL edition: (plain install, pg_tle package).
+fn edition() -> &'static (String, String) {
+    static EDITION: OnceLock<(String, String)> = OnceLock::new();
+    EDITION.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        let out = std::env::temp_dir().join(format!("pg_idem_sql_edition_{}", std::process::id()));
+        let status = Command::new("python3")
+            .arg(root.join("scripts/sql_edition.py"))
+            .arg("--out")
+            .arg(&out)
+            .status()
+            .expect("run scripts/sql_edition.py");
+        assert!(status.success(), "scripts/sql_edition.py failed");
+        let file = |suffix: &str| {
+            let mut found = std::fs::read_dir(&out)
+                .expect("edition output")
+                .filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().ends_with(suffix))
+                .filter(|p| suffix != ".sql" || !p.to_string_lossy().ends_with(".tle.sql"));
+            let path = found.next().unwrap_or_else(|| panic!("no *{suffix} built"));
+            std::fs::read_to_string(path).expect("read edition file")
+        };
+        let editions = (file(".sql"), file(".tle.sql"));
+        let _ = std::fs::remove_dir_all(&out);
+        editions
+    })
+}
+
+/// Where the calls go.
+enum Target {
+    /// pg_idem's library preloaded, CREATE EXTENSION pg_idem
+    Native(Server),
+    /// the SQL edition's plain install, run by the database's owner (not a superuser)
+    Plain(Server),
+    /// the SQL edition through pg_tle, on a managed-style server
+    Tle(ManagedServer),
+}
+
+/// The roles every target has: the same names, so that errors naming a role compare equal.
+const ADMIN: &str = managed::ADMIN;
+const USER: &str = managed::USER;
+
+fn roles(server: &Server) {
+    server
+        .client()
+        .batch_execute(&format!(
+            "CREATE ROLE {ADMIN} LOGIN CREATEROLE; CREATE ROLE {USER} LOGIN;
+             ALTER DATABASE postgres OWNER TO {ADMIN};
+             ALTER SCHEMA public OWNER TO {ADMIN};"
+        ))
+        .expect("roles");
+}
+
+impl Target {
+    fn native() -> Target {
+        // the purge worker paused: the SQL edition has none, and the steps purge themselves
+        let server = Server::start(&["pg_idem.purge_interval = 0"]);
+        roles(&server);
+        Target::Native(server)
+    }
+
+    fn plain() -> Target {
+        let server = Server::start_bare(&[]);
+        roles(&server);
+        let mut admin = server.client_as(ADMIN);
+        admin
+            .batch_execute(&format!("BEGIN;\n{}\nCOMMIT;", edition().0))
+            .expect("plain install of the SQL edition");
+        Target::Plain(server)
+    }
+
+    fn tle(major: u32) -> Option<Target> {
+        let server = ManagedServer::start(major)?;
+        let mut admin = server.client_as(ADMIN);
+        admin
+            .batch_execute(&edition().1)
+            .expect("pgtle.install_extension of the SQL edition");
+        admin
+            .batch_execute("CREATE EXTENSION pg_idem")
+            .expect("CREATE EXTENSION pg_idem through pg_tle");
+        Some(Target::Tle(server))
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Target::Native(_) => "native",
+            Target::Plain(_) => "SQL edition (plain)",
+            Target::Tle(_) => "SQL edition (pg_tle)",
+        }
+    }
+
+    fn client_as(&self, role: &str) -> Client {
+        match self {
+            Target::Native(s) | Target::Plain(s) => s.client_as(role),
+            Target::Tle(s) => s.client_as(role),
+        }
+    }
+
+    /// Turns pg_idem.tenant_grants on, as each edition lets its administrator: natively a
+    /// superuser's setting; in the SQL edition a row of idem.settings only the owner may change.
+    fn tenant_grants_on(&self) {
+        match self {
+            Target::Native(s) => s
+                .client()
+                .batch_execute("ALTER DATABASE postgres SET pg_idem.tenant_grants = on")
+                .expect("tenant_grants on"),
+            Target::Plain(_) | Target::Tle(_) => self
+                .client_as(ADMIN)
+                .batch_execute(
+                    "UPDATE idem.settings SET value = 'on' WHERE name = 'pg_idem.tenant_grants'",
+                )
+                .expect("tenant_grants on"),
+        }
+    }
+
+    /// Who grants tenants: a superuser natively (the functions are revoked from PUBLIC), the
+    /// owner in the SQL edition.
+    fn granter(&self) -> Client {
+        match self {
+            Target::Native(s) => s.client(),
+            Target::Plain(_) | Target::Tle(_) => self.client_as(ADMIN),
+        }
+    }
+}
+
+/// What a step gave: its rows as text, or its error's fields.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    Rows(Vec<Vec<Option<String>>>),
+    Error {
+        code: String,
+        message: String,
+        detail: Option<String>,
+        hint: Option<String>,
+    },
+}
+
+/// Times and fences inside messages differ between two servers.
+fn mask_times(text: &str) -> String {
+    let masked = mask_clock_times(text);
+    // "fence 123" and "Fence 123"
+    let words: Vec<&str> = masked.split(' ').collect();
+    let mut out: Vec<String> = Vec::new();
+    for (i, word) in words.iter().enumerate() {
+        let after_fence = i > 0 && words[i - 1].eq_ignore_ascii_case("fence");
+        if after_fence && word.starts_with(|c: char| c.is_ascii_digit()) {
+            out.push(
+                word.trim_start_matches(|c: char| c.is_ascii_digit())
+                    .to_string(),
+            );
+            out.last_mut().expect("pushed").insert_str(0, "<fence>");
+        } else {
+            out.push(word.to_string());
+        }
+    }
+    out.join(" ")
+}
+
+fn mask_clock_times(text: &str) -> String {
+    let mut out = String::new();
+    let chars: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        // yyyy-mm-dd hh:mm:ss[.ffffff]+zz
+        let is_time = chars.len() >= i + 19
+            && chars[i..i + 4].iter().all(char::is_ascii_digit)
+            && chars[i + 4] == '-'
+            && chars[i + 10] == ' '
+            && chars[i + 13] == ':';
+        if is_time {
+            out.push_str("<time>");
+            i += 19;
+            while i < chars.len() && (chars[i].is_ascii_digit() || ".+-:".contains(chars[i])) {
+                i += 1;
+            }
+        } else {
+            out.push(chars[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn run_step(client: &mut Client, sql: &str) -> Answer {
+    match client.simple_query(sql) {
+        Ok(messages) => Answer::Rows(
+            messages
+                .iter()
+                .filter_map(|m| match m {
+                    postgres::SimpleQueryMessage::Row(row) => Some(
+                        (0..row.len())
+                            .map(|i| row.get(i).map(str::to_string))
+                            .collect(),
+                    ),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        Err(e) => {
+            // the client gets the error before the server has rolled the statement back and
+            // let its locks go: a round trip waits for that, so that the next step (in another
+            // session) does not meet them
+            let _ = client.simple_query("");
+            let db = e
+                .as_db_error()
+                .unwrap_or_else(|| panic!("{sql}: not a server error: {e}"));
+            Answer::Error {
+                code: db.code().code().to_string(),
+                message: mask_times(db.message()),
+                detail: db.detail().map(mask_times),
+                hint: db.hint().map(str::to_string),
+            }
+        }
+    }
+}
+
+/// A statement that must fail (on the first target, the native edition): two editions that
+/// both failed where they should not would otherwise compare equal.
+const FAILS: &str = "-- fails\n";
+
+/// Runs `steps` (session number, statement) on each target, sessions connected as `role`, and
+/// asserts that every target answers every step as the first one does; returns the answers.
+/// A step fails on the first target exactly when it starts with `FAILS`.
+fn conform(targets: &[Target], role: &str, steps: &[(usize, &str)]) -> Vec<Answer> {
+    let sessions = steps.iter().map(|(s, _)| s + 1).max().unwrap_or(1);
+    let mut answers: Vec<Vec<Answer>> = Vec::new();
+    for target in targets {
+        let mut clients: Vec<Client> = (0..sessions).map(|_| target.client_as(role)).collect();
+        answers.push(
+            steps
+                .iter()
+                .map(|(session, sql)| run_step(&mut clients[*session], sql))
+                .collect(),
+        );
+    }
+    let (first, rest) = answers.split_first().expect("a target");
+    for ((session, sql), answer) in steps.iter().zip(first) {
+        assert_eq!(
+            matches!(answer, Answer::Error { .. }),
+            sql.starts_with(FAILS),
+            "{} at session {session}: {sql}\n{answer:?}",
+            targets[0].name()
+        );
+    }
+    for (target, theirs) in targets[1..].iter().zip(rest) {
+        for (((session, sql), expected), got) in steps.iter().zip(first).zip(theirs) {
+            assert_eq!(
+                got,
+                expected,
+                "{} differs from {} at session {session}: {sql}",
+                target.name(),
+                targets[0].name()
+            );
+        }
+    }
+    answers.into_iter().next().expect("a target")
+}
+
+/// The columns of idem_claim's result that do not differ between servers by nature.
+fn claim(call: &str) -> String {
+    format!(
+        "SELECT c.outcome, c.fence IS NOT NULL AS fence, c.attempt, c.response_code, c.response_body, \
+                c.lease_expires_at IS NOT NULL AS leased, \
+                c.expires_at > pg_catalog.clock_timestamp() AS live, \
+                c.checkpoint_phase, c.checkpoint_data FROM {call} AS c"
+    )
+}
+
+/// A claim whose fence is kept in the session variable `my.<name>`.
+fn claim_into(name: &str, call: &str) -> String {
+    format!(
+        "SELECT c.outcome, c.attempt, c.checkpoint_phase, \
+                pg_catalog.set_config('my.{name}', COALESCE(c.fence::text, '0'), false) IS NOT NULL \
+         FROM {call} AS c"
+    )
+}
+
+/// A step that must fail.
+fn fails(sql: &str) -> String {
+    format!("{FAILS}{sql}")
+}
+
+fn fence(name: &str) -> String {
+    format!("pg_catalog.current_setting('my.{name}')::bigint")
+}
+
+/// Every argument check of the functions both editions have, in the order each checks them.
+const ARGUMENT_ERRORS: &[&str] = &[
+    "SELECT idem_claim(NULL, 'k', 'h')",
+    "SELECT idem_claim('t', NULL, 'h')",
+    "SELECT idem_claim('', 'k', 'h')",
+    "SELECT idem_claim('t', pg_catalog.repeat('x', 256), 'h')",
+    "SELECT idem_claim('t', 'k', NULL)",
+    "SELECT idem_claim('t', 'k', pg_catalog.repeat('h', 513))",
+    "SELECT idem_claim('t', 'k', 'h', lease => '-1 second')",
+    "SELECT idem_claim('t', 'k', 'h', lease => '0')",
+    "SELECT idem_claim('t', 'k', 'h', ttl => '101 years')",
+    "SELECT idem_claim('t', 'k', 'h', ttl => '1 mon -31 days')",
+    "SELECT idem_complete('t', 'k', NULL, 200)",
+    "SELECT idem_complete(NULL, 'k', 1, 200)",
+    "SELECT idem_complete('t', 'never', 1, 200)",
+    "SELECT idem_complete('t', 'k', 1, 200, pg_catalog.jsonb_build_object('x', pg_catalog.repeat('a', 1100000)))",
+    "SELECT idem_fail_final('t', 'never', 1, 500)",
+    "SELECT idem_release('t', 'never', 1)",
+    "SELECT idem_release('t', 'never', NULL)",
+    "SELECT idem_heartbeat('t', 'never', 1)",
+    "SELECT idem_heartbeat('t', 'never', 1, '-5 minutes')",
+    "SELECT idem_forget('t', NULL)",
+    "SELECT idem_purge(-1)",
+    "SELECT idem_consume('t', NULL)",
+    "SELECT idem_consume('t', 'k', '0 seconds')",
+    "SELECT * FROM idem_consume_many('t', NULL)",
+    "SELECT * FROM idem_consume_many('t', ARRAY['a', NULL])",
+    "SELECT * FROM idem_consume_many('t', ARRAY['a', ''])",
+    "SELECT * FROM idem_consume_many(NULL, ARRAY['a'])",
+    "SELECT idem_checkpoint('t', 'never', 1, NULL)",
+    "SELECT idem_checkpoint('t', 'never', 1, pg_catalog.repeat('p', 257))",
+    "SELECT idem_checkpoint('t', 'never', 1, 'charged')",
+    "SELECT idem_assert_fence('t', 'never', 1)",
+    "SELECT idem_downstream_key('t', 'k', NULL)",
+    "SELECT idem_downstream_key('t', 'k', pg_catalog.repeat('s', 257))",
+    "SELECT idem_downstream_key('t', '', 'charge')",
+    "SELECT idem_request_hash(NULL::text, '/p', '{}')",
+    "SELECT idem_request_hash('POST', NULL, '{}')",
+];
+
+/// The life of keys: claims, replays, mismatches, leases and takeovers, fences refused,
+/// checkpoints, releases, forgets, consumed messages and their takeovers, expiry and the purge.
+fn lifecycle() -> Vec<(usize, String)> {
+    let mut steps: Vec<(usize, String)> = vec![
+        (0, "BEGIN".into()),
+        (0, claim_into("f1", "idem_claim('t', 'k1', 'h')")),
+        // the claim is not committed: the other session is told in_progress, and nothing more
+        (1, claim("idem_claim('t', 'k1', 'h')")),
+        (0, "COMMIT".into()),
+        (1, claim("idem_claim('t', 'k1', 'h')")),
+        (1, claim("idem_claim('t', 'k1', 'other')")),
+        (1, fails("SELECT idem_consume('t', 'k1')")),
+        (1, fails("SELECT idem_complete('t', 'k1', 424242, 200)")),
+        (0, format!("SELECT idem_complete('t', 'k1', {}, 201, '{{\"id\": 7}}') > pg_catalog.clock_timestamp() + '23 hours'", fence("f1"))),
+        (1, claim("idem_claim('t', 'k1', 'h')")),
+        (1, claim("idem_claim('t', 'k1', 'other')")),
+        (1, fails(&format!("SELECT idem_complete('t', 'k1', {}, 200)", fence("f1")))),
+        (1, fails(&format!("SELECT idem_heartbeat('t', 'k1', {})", fence("f1")))),
+        (1, "SELECT idem_consume('t', 'k1')".into()),
+        // a final error
+        (0, claim_into("f2", "idem_claim('t', 'k2', 'h', ttl => '2 hours')")),
+        (0, format!("SELECT idem_fail_final('t', 'k2', {}, 422) < pg_catalog.clock_timestamp() + '3 hours'", fence("f2"))),
+        (1, claim("idem_claim('t', 'k2', 'h')")),
+        (1, fails(&format!("SELECT idem_release('t', 'k2', {})", fence("f2")))),
+        // a heartbeat extends the lease and never shortens the key's life
+        (0, claim_into("f3", "idem_claim('t', 'k3', 'h', lease => '1 second')")),
+        (0, format!("SELECT idem_heartbeat('t', 'k3', {}, '1 hour') > pg_catalog.clock_timestamp() + '59 minutes'", fence("f3"))),
+        (1, claim("idem_claim('t', 'k3', 'h')")),
+        // a checkpoint is handed on to the attempt that takes over after the lease passed
+        (0, claim_into("f4", "idem_claim('t', 'k4', 'h', lease => '50 milliseconds')")),
+        (0, format!("SELECT idem_checkpoint('t', 'k4', {}, 'charged', '{{\"charge\": \"ch_1\"}}')", fence("f4"))),
+        (0, "SELECT pg_catalog.pg_sleep(0.2)".into()),
+        (1, claim("idem_claim('t', 'k4', 'h')")),
+        (0, fails(&format!("SELECT idem_complete('t', 'k4', {}, 200)", fence("f4")))),
+        (0, fails(&format!("SELECT idem_checkpoint('t', 'k4', {}, 'late')", fence("f4")))),
+        (0, fails(&format!("SELECT idem_assert_fence('t', 'k4', {})", fence("f4")))),
+        // a release gives the key up: the next claim is a fresh first attempt
+        (0, claim_into("f5", "idem_claim('t', 'k5', 'h')")),
+        (0, format!("SELECT idem_assert_fence('t', 'k5', {})", fence("f5"))),
+        (0, format!("SELECT idem_release('t', 'k5', {})", fence("f5"))),
+        (0, fails(&format!("SELECT idem_release('t', 'k5', {})", fence("f5")))),
+        (1, claim("idem_claim('t', 'k5', 'h')")),
+        (1, "SELECT idem_forget('t', 'k5')".into()),
+        (1, "SELECT idem_forget('t', 'k5')".into()),
+        // consumed messages
+        (0, "SELECT idem_consume('t', 'm1')".into()),
+        (1, "SELECT idem_consume('t', 'm1')".into()),
+        (1, claim("idem_claim('t', 'm1', '')")),
+        (1, claim("idem_claim('t', 'm1', 'h')")),
+        (1, "SELECT * FROM idem_consume_many('t', ARRAY['a', 'b', 'a', 'm1', 'c'])".into()),
+        (1, "SELECT * FROM idem_consume_many('t', ARRAY['c', 'd'])".into()),
+        // a consume takes over an attempt of idem_claim whose lease passed
+        (0, claim_into("f7", "idem_claim('t', 'k7', 'h', lease => '50 milliseconds')")),
+        (0, "SELECT pg_catalog.pg_sleep(0.2)".into()),
+        (1, "SELECT idem_consume('t', 'k7')".into()),
+        (1, claim("idem_claim('t', 'k7', '')")),
+        (0, fails(&format!("SELECT idem_complete('t', 'k7', {}, 200)", fence("f7")))),
+        // this transaction's own attempt stays its own
+        (0, "BEGIN".into()),
+        (0, claim("idem_claim('t', 'k8', 'h', lease => '1 millisecond')")),
+        (0, "SELECT pg_catalog.pg_sleep(0.05)".into()),
+        (0, claim("idem_claim('t', 'k8', 'h')")),
+        (0, fails("SELECT idem_consume('t', 'k8')")),
+        (0, "ROLLBACK".into()),
+        // expiry: an expired key is absent to claims and consumes, and purged
+        (0, "SELECT idem_consume('t', 'e1', '10 milliseconds'), idem_consume('t', 'e2', '10 milliseconds')".into()),
+        (0, claim_into("e3", "idem_claim('t', 'e3', 'h', lease => '1 millisecond', ttl => '10 milliseconds')")),
+        (0, format!("SELECT idem_complete('t', 'e3', {}, 200) IS NOT NULL", fence("e3"))),
+        (0, claim_into("e4", "idem_claim('t', 'e4', 'h', lease => '1 hour', ttl => '10 milliseconds')")),
+        (0, "SELECT pg_catalog.pg_sleep(0.1)".into()),
+        (1, "SELECT idem_consume('t', 'e1')".into()),
+        (1, claim("idem_claim('t', 'e3', 'h')")),
+        (1, claim("idem_claim('t', 'e4', 'h')")),
+        // e2 goes; e1 and e3 were taken again; e4 is leased
+        (1, "SELECT idem_purge()".into()),
+        (1, "SELECT idem_purge(0)".into()),
+        // fingerprints and keys
+        (1, "SELECT idem_request_hash('{\"b\": [1.50, 2E2, -0], \"a\": {\"é\": \"x\\ny\"}}')".into()),
+        (1, "SELECT idem_request_hash('post', '/v1/charges', NULL), idem_request_hash(NULL::jsonb)".into()),
+        (1, "SELECT idem_downstream_key('t', 'k1', 'charge')".into()),
+        (1, "SELECT pg_catalog.substr(idem_new_key()::text, 15, 1), pg_catalog.substr(idem_new_key()::text, 20, 1) IN ('8', '9', 'a', 'b')".into()),
+    ];
+    steps.extend(ARGUMENT_ERRORS.iter().map(|sql| (1, fails(sql))));
+    steps
+}
+
+fn as_refs(steps: &[(usize, String)]) -> Vec<(usize, &str)> {
+    steps.iter().map(|(s, sql)| (*s, sql.as_str())).collect()
+}
+
+/// Tenants as an access boundary: a role acts only on the tenants granted to it.
+fn tenant_boundary(targets: &[Target]) {
+    for target in targets {
+        target.tenant_grants_on();
+        let mut granter = target.granter();
+        granter
+            .batch_execute(&format!("SELECT idem_grant_tenant('{USER}', 'mine')"))
+            .expect("grant");
+    }
+    let steps = [
+        (0, claim("idem_claim('mine', 'k', 'h')")),
+        (0, fails(&claim("idem_claim('theirs', 'k', 'h')"))),
+        (0, fails("SELECT idem_consume('theirs', 'm')")),
+        (0, fails("SELECT idem_forget('theirs', 'k')")),
+        (0, fails("SELECT idem_complete('theirs', 'k', 1, 200)")),
+        (
+            0,
+            fails("SELECT * FROM idem_consume_many('theirs', ARRAY['m'])"),
+        ),
+        (0, fails("SELECT idem_grant_tenant('app_user', 'theirs')")),
+        (0, "SELECT idem_purge()".to_string()),
+    ];
+    conform(targets, USER, &as_refs(&steps));
+}
+
+/// The calls an application makes answer alike in both editions (plain install).
+#[test]
+fn the_plain_sql_edition_answers_as_the_native_one() {
+    let targets = [Target::native(), Target::plain()];
+    let answers = conform(&targets, USER, &as_refs(&lifecycle()));
+    // the comparison is only worth something if the calls did what they should
+    let rows = |i: usize| match &answers[i] {
+        Answer::Rows(rows) => rows.clone(),
+        Answer::Error { code, message, .. } => panic!("step {i}: {code} {message}"),
+    };
+    assert_eq!(rows(1)[0][0].as_deref(), Some("claimed"));
+    assert_eq!(rows(2)[0][0].as_deref(), Some("in_progress"));
+    tenant_boundary(&targets);
+}
+
+/// The same through pg_tle on a managed-style server of the same PostgreSQL version: installed
+/// and used with no superuser.
+#[test]
+fn the_sql_edition_through_pg_tle_answers_as_the_native_one() {
+    let Some(tle) = Target::tle(pg_idem_tests::major()) else {
+        return;
+    };
+    let targets = [Target::native(), tle];
+    conform(&targets, USER, &as_refs(&lifecycle()));
+    tenant_boundary(&targets);
+}
