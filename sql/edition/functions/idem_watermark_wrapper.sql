@@ -1,1 +1,8 @@
--- absent: not written for the SQL edition yet
+DECLARE
+    s idem.owner_settings := idem.owner_settings();
+BEGIN
+    PERFORM idem.check_tenant_and_key(tenant, stream, 'stream', s.max_key_length);
+    PERFORM idem.check_access(tenant, s.tenant_grants);
+    RETURN (SELECT w.watermark FROM idem.watermarks AS w
+             WHERE w.tenant OPERATOR(pg_catalog.=) idem_watermark.tenant AND w.stream OPERATOR(pg_catalog.=) idem_watermark.stream);
+END
