@@ -8,41 +8,8 @@
 //! carried in a session variable, a time compared with the clock), and the times inside error
 //! details are masked.
 
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
-
 use pg_idem_tests::managed::{self, ManagedServer};
-use pg_idem_tests::{Client, Server};
-
-/// The generated SQL edition: (plain install, pg_tle package).
-fn edition() -> &'static (String, String) {
-    static EDITION: OnceLock<(String, String)> = OnceLock::new();
-    EDITION.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-        let out = std::env::temp_dir().join(format!("pg_idem_sql_edition_{}", std::process::id()));
-        let status = Command::new("python3")
-            .arg(root.join("scripts/sql_edition.py"))
-            .arg("--out")
-            .arg(&out)
-            .status()
-            .expect("run scripts/sql_edition.py");
-        assert!(status.success(), "scripts/sql_edition.py failed");
-        let file = |suffix: &str| {
-            let mut found = std::fs::read_dir(&out)
-                .expect("edition output")
-                .filter_map(|e| e.ok())
-                .map(|e| e.path())
-                .filter(|p| p.to_string_lossy().ends_with(suffix))
-                .filter(|p| suffix != ".sql" || !p.to_string_lossy().ends_with(".tle.sql"));
-            let path = found.next().unwrap_or_else(|| panic!("no *{suffix} built"));
-            std::fs::read_to_string(path).expect("read edition file")
-        };
-        let editions = (file(".sql"), file(".tle.sql"));
-        let _ = std::fs::remove_dir_all(&out);
-        editions
-    })
-}
+use pg_idem_tests::{sql_edition, Client, Server};
 
 /// Where the calls go.
 enum Target {
@@ -77,12 +44,24 @@ impl Target {
         Target::Native(server)
     }
 
+    /// The native edition installed but not preloaded: what the SQL edition's statistics are
+    /// (no shared memory, no purge worker)
+    fn native_not_preloaded() -> Target {
+        let server = Server::start_bare(&[]);
+        server
+            .client()
+            .batch_execute("CREATE EXTENSION pg_idem")
+            .expect("create extension");
+        roles(&server);
+        Target::Native(server)
+    }
+
     fn plain() -> Target {
         let server = Server::start_bare(&[]);
         roles(&server);
         let mut admin = server.client_as(ADMIN);
         admin
-            .batch_execute(&format!("BEGIN;\n{}\nCOMMIT;", edition().0))
+            .batch_execute(&format!("BEGIN;\n{}\nCOMMIT;", sql_edition().plain))
             .expect("plain install of the SQL edition");
         Target::Plain(server)
     }
@@ -91,7 +70,7 @@ impl Target {
         let server = ManagedServer::start(major)?;
         let mut admin = server.client_as(ADMIN);
         admin
-            .batch_execute(&edition().1)
+            .batch_execute(&sql_edition().tle)
             .expect("pgtle.install_extension of the SQL edition");
         admin
             .batch_execute("CREATE EXTENSION pg_idem")
@@ -512,6 +491,42 @@ fn the_plain_sql_edition_answers_as_the_native_one() {
     assert_eq!(rows(1)[0][0].as_deref(), Some("claimed"));
     assert_eq!(rows(2)[0][0].as_deref(), Some("in_progress"));
     tenant_boundary(&targets);
+}
+
+/// The statistics and operator functions answer as the native edition does without its library
+/// preloaded: the keys by state, no counters, no purge worker.
+#[test]
+fn statistics_answer_as_the_native_edition_without_preload() {
+    let targets = [Target::native_not_preloaded(), Target::plain()];
+    for target in &targets {
+        let (Target::Native(server) | Target::Plain(server)) = target else {
+            unreachable!()
+        };
+        server
+            .client()
+            .batch_execute(&format!("GRANT pg_monitor TO {USER}"))
+            .expect("grant pg_monitor");
+    }
+    let steps = [
+        (0, claim("idem_claim('t1', 'k1', 'h', lease => '1 millisecond')")),
+        (0, claim("idem_claim('t1', 'k2', 'h')")),
+        (0, claim("idem_claim('t2', 'k3', 'h', ttl => '1 millisecond')")),
+        (0, "SELECT idem_consume('t2', 'm1'), idem_consume('t2', 'm2', '1 millisecond')".to_string()),
+        (0, "SELECT pg_catalog.pg_sleep(0.05)".to_string()),
+        (0, "SELECT s.keys_in_progress, s.keys_completed, s.keys_failed, s.keys_stalled, s.keys_expired, \
+                    s.oldest_in_progress_at IS NOT NULL, s.claims, s.replays_completed, s.consumed, \
+                    s.keys_purged, s.counters_since, s.purge_last_pass_at, s.purge_total_keys, \
+                    s.counters_nodes, s.counters_missing_nodes FROM idem_stats() AS s".to_string()),
+        (0, "SELECT s.tenant, s.keys_in_progress, s.keys_completed, s.keys_stalled, s.keys_expired, \
+                    s.oldest_in_progress_at IS NOT NULL, s.claims, s.consumed FROM idem_tenant_stats() AS s".to_string()),
+        (0, "SELECT * FROM idem_counters()".to_string()),
+        (0, "SELECT * FROM idem_tenant_counters()".to_string()),
+        (0, fails("SELECT idem_stats_reset()")),
+        (0, "SELECT * FROM idem_purge_status()".to_string()),
+        (0, fails("SELECT s.tenant, s.key, s.attempt FROM idem_stalled() AS s")),
+        (0, "SELECT idem_purge()".to_string()),
+    ];
+    conform(&targets, USER, &as_refs(&steps));
 }
 
 /// The same through pg_tle on a managed-style server of the same PostgreSQL version: installed

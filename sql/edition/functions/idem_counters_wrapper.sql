@@ -1,1 +1,5 @@
--- absent: the native edition counts events in shared memory, which only its library can allocate; the SQL edition keeps no counters
+-- language: sql
+-- the native edition without shared_preload_libraries answers the same: one row, no counters
+-- (they live in shared memory, which only the library can allocate)
+SELECT NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
+       NULL::bigint, NULL::bigint, NULL::bigint, NULL::timestamptz, NULL::bigint, NULL::bigint

@@ -1,1 +1,1 @@
--- absent: the native edition counts events in shared memory, which only its library can allocate; the SQL edition keeps no counters
+-- absent: it serves the statistics of a Citus cluster, which needs the native edition

@@ -1,1 +1,3 @@
--- absent: the native edition counts events in shared memory, which only its library can allocate; the SQL edition keeps no counters
+-- language: sql
+-- as the native edition without shared_preload_libraries: there are no counters to reset
+SELECT false

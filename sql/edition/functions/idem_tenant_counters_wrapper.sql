@@ -1,1 +1,5 @@
--- absent: the native edition counts events in shared memory, which only its library can allocate; the SQL edition keeps no counters
+-- language: sql
+-- as the native edition without shared_preload_libraries: no counters, so no rows
+SELECT NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
+       NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint
+WHERE false
