@@ -77,6 +77,8 @@ fi
 required() {
     local deps=faketime,prlimit
     if [ "$1" = 15 ] && [ -x "$citus_installer" ]; then deps+=,citus; fi
+    # pg_cron: setup.sh installs Debian's postgresql-15-cron (tests/sql_edition_purge.rs)
+    if [ "$1" = 15 ]; then deps+=,pg_cron; fi
     # the SQL edition's managed-style servers (scripts/lib/managed_pg.sh builds pg_tle from it)
     if [ -x "$root/../shared/pg_tle/install.sh" ]; then deps+=,pg_tle; fi
     echo "$deps"

@@ -485,6 +485,7 @@ BEGIN
                 CONTINUE;
             END IF;
         END IF;
+        PERFORM idem.purge_in_passing(now);
         result := ROW('claimed', new_fence, new_attempt, NULL, NULL, lease_at, expires, phase, data);
         RETURN result;
     END LOOP;
@@ -649,6 +650,7 @@ BEGIN
              WHERE k.tenant OPERATOR(pg_catalog.=) consume.tenant AND k.key OPERATOR(pg_catalog.=) consume.key;
         END IF;
         IF FOUND THEN
+            PERFORM idem.purge_in_passing(now);
             RETURN true;
         END IF;
         -- inserted by another node meanwhile, or purged: look again
@@ -680,6 +682,7 @@ $$;
 -- (keys whose expiry moved since). Only the tenants in `tenants` when it is not NULL. Returns
 -- (looked at, deleted).
 CREATE FUNCTION idem.purge_batch(now timestamptz, batch integer, tenants text[],
+                                 finished_only boolean,
                                  OUT scanned bigint, OUT deleted bigint)
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
@@ -691,6 +694,7 @@ AS $$
           FROM idem.keys AS c
          WHERE c.purge_after OPERATOR(pg_catalog.<) now
            AND (tenants IS NULL OR c.tenant OPERATOR(pg_catalog.=) ANY (tenants))
+           AND (NOT finished_only OR c.state OPERATOR(pg_catalog.<>) 'p')
          ORDER BY c.purge_after LIMIT batch
            FOR UPDATE SKIP LOCKED),
     deleted AS (
@@ -703,6 +707,29 @@ AS $$
          WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT b.row_id FROM batch AS b WHERE NOT b.purgeable))
         RETURNING 1)
     SELECT (SELECT pg_catalog.count(*) FROM batch), (SELECT pg_catalog.count(*) FROM deleted)
+$$;
+
+-- The purge the calls do in passing, as the SQL edition has no background worker: a call that
+-- wrote a key deletes, one time in 8, up to 16 expired keys (2 per call on average, never
+-- more than 16), so expired keys go at least as fast as calls add keys and the table stays
+-- bounded with nothing scheduled. Only finished keys (completed, failed, consumed): an attempt
+-- in progress may be the caller's own, which stays its own however long it has run (and
+-- abandoned attempts are few; idem_purge() takes them). It never waits (SKIP LOCKED) and never
+-- pays for a backlog;
+-- the rows it deletes stay locked until the caller's transaction ends, so a claim of one of
+-- those expired keys in another transaction waits for that end. The owner turns it off with
+-- pg_idem.purge_in_passing in idem.settings (then schedule idem_purge(), with pg_cron say).
+CREATE FUNCTION idem.purge_in_passing(now timestamptz) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125
+       AND (SELECT s.value::pg_catalog.bool FROM idem.settings AS s
+             WHERE s.name OPERATOR(pg_catalog.=) 'pg_idem.purge_in_passing') THEN
+        PERFORM idem.purge_batch(now, 16, NULL, true);
+    END IF;
+END
 $$;
 
 -- Purges expired keys in batches until none is left (or max_rows are deleted).
@@ -718,7 +745,7 @@ BEGIN
     LOOP
         batch := LEAST(1000, COALESCE(max_rows OPERATOR(pg_catalog.-) total, 1000))::pg_catalog.int4;
         EXIT WHEN batch OPERATOR(pg_catalog.<=) 0;
-        b := idem.purge_batch(now, batch, tenants);
+        b := idem.purge_batch(now, batch, tenants, false);
         total := total OPERATOR(pg_catalog.+) b.deleted;
         -- a batch that deleted nothing has only rows whose expiry moved (re-armed now) or none
         EXIT WHEN b.scanned OPERATOR(pg_catalog.<) batch OR b.deleted OPERATOR(pg_catalog.=) 0;

@@ -17,7 +17,9 @@ INSERT INTO idem.settings (name, value) VALUES
     ('pg_idem.tenant_grants', 'off'),
     ('pg_idem.max_key_length', '255'),
     ('pg_idem.max_response_bytes', '1048576'),
-    ('pg_idem.max_batch_keys', '1000');
+    ('pg_idem.max_batch_keys', '1000'),
+    -- the SQL edition's own: whether calls purge expired keys in passing (rules.sql)
+    ('pg_idem.purge_in_passing', 'on');
 SELECT pg_catalog.pg_extension_config_dump('idem.settings', '');
 
 -- The owner's settings of one call, read once.
