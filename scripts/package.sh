@@ -8,6 +8,8 @@
 #
 #   scripts/package.sh            the .deb and a tarball for every other supported version
 #   scripts/package.sh deb 17     only these (deb, or majors)
+#   scripts/package.sh sql        the SQL edition: pg_idem--<version>.sql (plain install) and
+#                                 pg_idem--<version>.tle.sql (pg_tle), for managed PostgreSQL
 #
 # Upgrade scripts (sql/pg_idem--A--B.sql) are in every package; the frozen 0.1.0 install script is
 # not (new installs get the current version).
@@ -103,6 +105,8 @@ INSTALL
 for target in "${targets[@]}"; do
     case "$target" in
         deb | 15) deb ;;
+        # the SQL edition (managed PostgreSQL): the plain install and the pg_tle package
+        sql) python3 scripts/sql_edition.py --out "$out" ;;
         *) tarball "$target" ;;
     esac
 done
