@@ -457,6 +457,11 @@ BEGIN
         END IF;
         new_attempt := CASE WHEN plan OPERATOR(pg_catalog.=) 'claim:next' THEN r.attempt OPERATOR(pg_catalog.+) 1 ELSE 1 END;
         new_fence := pg_catalog.nextval('idem.fence_seq'::pg_catalog.regclass);
+        IF r.fence IS NOT NULL AND new_fence OPERATOR(pg_catalog.<=) r.fence THEN
+            -- the row replaced holds a fence above the sequence (rows restored without raising
+            -- it): a fence is always above the one it replaces, as natively
+            new_fence := pg_catalog.setval('idem.fence_seq'::pg_catalog.regclass, r.fence OPERATOR(pg_catalog.+) 1);
+        END IF;
         IF r.state IS NULL THEN
             INSERT INTO idem.keys AS k (tenant, key, fence, attempt, state, request_hash, claimed_at,
                                         lease_expires_at, expires_at, purge_after, ttl, response_code,
@@ -725,8 +730,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125
-       AND (SELECT s.value::pg_catalog.bool FROM idem.settings AS s
-             WHERE s.name OPERATOR(pg_catalog.=) 'pg_idem.purge_in_passing') THEN
+       AND COALESCE((SELECT s.value::pg_catalog.bool FROM idem.settings AS s
+                      WHERE s.name OPERATOR(pg_catalog.=) 'pg_idem.purge_in_passing'), true) THEN
         PERFORM idem.purge_batch(now, 16, NULL, true);
     END IF;
 END

@@ -5,21 +5,22 @@
 -- timeout, ttl, reject_stale_uuidv7): they are read from the placeholders, with the native
 -- units. The settings only a superuser may change natively (the limits, and tenant_grants,
 -- which is an access boundary) would be no boundary as placeholders, so they live in this
--- table, which only pg_idem's owner can read or write:
---     UPDATE idem.settings SET value = 'on' WHERE name = 'pg_idem.tenant_grants';
+-- table, which only pg_idem's owner can read or write. It holds only what the owner changed (a
+-- missing row is the default), so that a dump restored into a fresh install brings the owner's
+-- settings back instead of colliding with rows of defaults:
+--     INSERT INTO idem.settings VALUES ('pg_idem.tenant_grants', 'on')
+--         ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value;
 CREATE TABLE idem.settings (
-    name  text COLLATE "C" PRIMARY KEY,
+    name  text COLLATE "C" PRIMARY KEY CHECK (name IN (
+              'pg_idem.tenant_grants',        -- off
+              'pg_idem.max_key_length',       -- 255
+              'pg_idem.max_response_bytes',   -- 1048576 (bytes)
+              'pg_idem.max_batch_keys',       -- 1000
+              'pg_idem.purge_in_passing')),   -- on: the SQL edition's own (rules.sql)
     value text NOT NULL
 );
 COMMENT ON TABLE idem.settings IS
-'pg_idem (SQL edition) settings only its owner may change: pg_idem.tenant_grants and the limits';
-INSERT INTO idem.settings (name, value) VALUES
-    ('pg_idem.tenant_grants', 'off'),
-    ('pg_idem.max_key_length', '255'),
-    ('pg_idem.max_response_bytes', '1048576'),
-    ('pg_idem.max_batch_keys', '1000'),
-    -- the SQL edition's own: whether calls purge expired keys in passing (rules.sql)
-    ('pg_idem.purge_in_passing', 'on');
+'pg_idem (SQL edition) settings only its owner may change; a missing row is the default';
 SELECT pg_catalog.pg_extension_config_dump('idem.settings', '');
 
 -- The owner's settings of one call, read once.
@@ -34,10 +35,10 @@ CREATE FUNCTION idem.owner_settings() RETURNS idem.owner_settings
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT pg_catalog.max(CASE WHEN s.name OPERATOR(pg_catalog.=) 'pg_idem.tenant_grants' THEN s.value END)::pg_catalog.bool,
-           pg_catalog.max(CASE WHEN s.name OPERATOR(pg_catalog.=) 'pg_idem.max_key_length' THEN s.value END)::pg_catalog.int4,
-           pg_catalog.max(CASE WHEN s.name OPERATOR(pg_catalog.=) 'pg_idem.max_response_bytes' THEN s.value END)::pg_catalog.int4,
-           pg_catalog.max(CASE WHEN s.name OPERATOR(pg_catalog.=) 'pg_idem.max_batch_keys' THEN s.value END)::pg_catalog.int4
+    SELECT COALESCE(pg_catalog.max(CASE WHEN s.name OPERATOR(pg_catalog.=) 'pg_idem.tenant_grants' THEN s.value END)::pg_catalog.bool, false),
+           COALESCE(pg_catalog.max(CASE WHEN s.name OPERATOR(pg_catalog.=) 'pg_idem.max_key_length' THEN s.value END)::pg_catalog.int4, 255),
+           COALESCE(pg_catalog.max(CASE WHEN s.name OPERATOR(pg_catalog.=) 'pg_idem.max_response_bytes' THEN s.value END)::pg_catalog.int4, 1048576),
+           COALESCE(pg_catalog.max(CASE WHEN s.name OPERATOR(pg_catalog.=) 'pg_idem.max_batch_keys' THEN s.value END)::pg_catalog.int4, 1000)
     FROM idem.settings AS s
 $$;
 
