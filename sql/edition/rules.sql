@@ -5,8 +5,11 @@
 -- and every error field by field.
 --
 -- These functions live in schema idem, which only pg_idem's owner may use; the public
--- functions (sql/edition/functions/) are SECURITY DEFINER and call them as the owner. Every
--- name and operator is qualified: nothing here resolves through a search_path.
+-- functions (sql/edition/functions/) are SECURITY DEFINER with search_path pinned to
+-- pg_catalog, pg_temp and call them as the owner, so they run under that path. They carry no
+-- SET clause of their own: a function with one is never inlined, and from PL/pgSQL a LANGUAGE
+-- sql function that is not inlined is planned anew at every call. Every name and operator is
+-- qualified anyway.
 
 -- ---------------------------------------------------------------------------------------------
 -- Errors (src/errors.rs): one SQLSTATE per kind, a message naming the argument, detail, hint
@@ -14,7 +17,6 @@
 
 CREATE FUNCTION idem.raise_error(code text, message text, detail text, hint text) RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, DETAIL = detail, HINT = hint;
@@ -23,7 +25,6 @@ $$;
 
 CREATE FUNCTION idem.null_argument(argument text, hint text) RETURNS void
 LANGUAGE sql
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT idem.raise_error('22004', pg_catalog.format('argument "%s" must not be null', argument),
         pg_catalog.format('pg_idem cannot act on a NULL %s.', argument), hint)
@@ -31,14 +32,12 @@ $$;
 
 CREATE FUNCTION idem.invalid_argument(argument text, problem text, detail text, hint text) RETURNS void
 LANGUAGE sql
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT idem.raise_error('22023', pg_catalog.format('argument "%s" %s', argument, problem), detail, hint)
 $$;
 
 CREATE FUNCTION idem.too_large(argument text, detail text, hint text) RETURNS void
 LANGUAGE sql
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT idem.raise_error('54000', pg_catalog.format('argument "%s" is too large', argument), detail, hint)
 $$;
@@ -50,7 +49,6 @@ $$;
 -- A tenant, key or stream name: not NULL, not empty, at most pg_idem.max_key_length characters.
 CREATE FUNCTION idem.check_name(value text, argument text, max_chars integer) RETURNS text
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     chars integer;
@@ -77,7 +75,6 @@ $$;
 CREATE FUNCTION idem.check_tenant_and_key(tenant text, key text, key_argument text, max_chars integer)
 RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     bytes integer;
@@ -96,7 +93,6 @@ $$;
 -- A request fingerprint: not NULL, at most 512 characters; what idem.keys stores for it.
 CREATE FUNCTION idem.check_request_hash(value text) RETURNS bytea
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     chars integer;
@@ -117,7 +113,6 @@ $$;
 
 CREATE FUNCTION idem.check_fence(fence bigint) RETURNS bigint
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF fence IS NULL THEN
@@ -131,7 +126,6 @@ $$;
 -- most 100 years (36000 days).
 CREATE FUNCTION idem.check_duration(value interval, argument text, default_us bigint) RETURNS bigint
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     us numeric;
@@ -156,7 +150,6 @@ $$;
 -- A response body or checkpoint payload within pg_idem.max_response_bytes.
 CREATE FUNCTION idem.check_payload(value jsonb, argument text, max_bytes integer) RETURNS jsonb
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     size integer := pg_catalog.pg_column_size(value);
@@ -174,16 +167,19 @@ $$;
 -- in milliseconds, pg_idem.ttl in seconds, as natively).
 CREATE FUNCTION idem.lease_us(lease interval) RETURNS bigint
 LANGUAGE sql
-SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT idem.check_duration(lease, 'lease', idem.session_duration_us('pg_idem.lease_timeout', 1000, 60000000))
+    -- the usual case (no argument, no setting) without a call
+    SELECT CASE WHEN lease IS NULL AND COALESCE(pg_catalog.current_setting('pg_idem.lease_timeout', true), '') OPERATOR(pg_catalog.=) ''
+                THEN 60000000::pg_catalog.int8
+                ELSE idem.check_duration(lease, 'lease', idem.session_duration_us('pg_idem.lease_timeout', 1000, 60000000)) END
 $$;
 
 CREATE FUNCTION idem.ttl_us(ttl interval) RETURNS bigint
 LANGUAGE sql
-SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT idem.check_duration(ttl, 'ttl', idem.session_duration_us('pg_idem.ttl', 1000000, 86400000000))
+    SELECT CASE WHEN ttl IS NULL AND COALESCE(pg_catalog.current_setting('pg_idem.ttl', true), '') OPERATOR(pg_catalog.=) ''
+                THEN 86400000000::pg_catalog.int8
+                ELSE idem.check_duration(ttl, 'ttl', idem.session_duration_us('pg_idem.ttl', 1000000, 86400000000)) END
 $$;
 
 -- ---------------------------------------------------------------------------------------------
@@ -198,7 +194,6 @@ $$;
 -- of whoever started the maintenance, so no tenant is allowed there at all.
 CREATE FUNCTION idem.check_access(tenant text, tenant_grants boolean) RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     role_name text;
@@ -264,7 +259,6 @@ CREATE TYPE idem.key_row AS (
 -- transaction changing it). A row only a bug or a hand edit can make is refused loudly.
 CREATE FUNCTION idem.read_key(tenant text, key text, for_update boolean) RETURNS idem.key_row
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     k idem.keys;
@@ -310,7 +304,6 @@ $$;
 
 CREATE FUNCTION idem.impossible(what text) RETURNS void
 LANGUAGE sql
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT idem.raise_error('XX000', 'pg_idem internal error: reading idem.keys',
         pg_catalog.format('unexpected %s', what),
@@ -320,7 +313,6 @@ $$;
 -- `at` plus a duration in microseconds: the one way a lease or a ttl is added to a time.
 CREATE FUNCTION idem.after(at timestamptz, duration_us bigint) RETURNS timestamptz
 LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT at OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => duration_us::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000)
 $$;
@@ -330,7 +322,6 @@ $$;
 -- lease), because pg_locks is not cheap.
 CREATE FUNCTION idem.holds_key_lock(lock_id bigint) RETURNS boolean
 LANGUAGE sql
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT EXISTS (
         SELECT FROM pg_catalog.pg_locks AS l
@@ -346,7 +337,6 @@ $$;
 -- 25006 as the executor raises it for a write in a read-only transaction (a hot standby).
 CREATE FUNCTION idem.prevent_if_read_only(command text) RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
@@ -358,45 +348,6 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 -- Claims (src/rules/claims.rs, src/store/spi.rs's claim)
 -- ---------------------------------------------------------------------------------------------
-
--- What a claim answers for `r`, the key as the claim sees it: 'answer:<outcome>' (replay,
--- in_progress, mismatch, stale_key) or 'claim:first' / 'claim:next' (a takeover). mine: the
--- attempt in progress is this transaction's own.
-CREATE FUNCTION idem.plan_claim(r idem.key_row, mine boolean, request_hash bytea, key text,
-                                ttl_us bigint, reject_stale_uuidv7 boolean, now timestamptz)
-RETURNS text
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    key_ms bigint;
-BEGIN
-    IF r.state IS NOT NULL AND mine AND r.state OPERATOR(pg_catalog.=) 'p'::"char"
-       AND r.request_hash OPERATOR(pg_catalog.=) plan_claim.request_hash THEN
-        RETURN 'answer:in_progress';
-    END IF;
-    IF r.state IS NULL OR now OPERATOR(pg_catalog.>) r.expires_at THEN
-        IF reject_stale_uuidv7 THEN
-            key_ms := idem.uuid_v7_unix_ms(key);
-            IF key_ms IS NOT NULL AND pg_catalog.to_timestamp(key_ms::pg_catalog.float8 OPERATOR(pg_catalog./) 1000)
-                   OPERATOR(pg_catalog.<) (now OPERATOR(pg_catalog.-) pg_catalog.make_interval(secs => ttl_us::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000)) THEN
-                RETURN 'answer:stale_key';
-            END IF;
-        END IF;
-        RETURN 'claim:first';
-    END IF;
-    IF r.request_hash OPERATOR(pg_catalog.<>) plan_claim.request_hash THEN
-        RETURN 'answer:mismatch';
-    END IF;
-    IF r.state OPERATOR(pg_catalog.<>) 'p'::"char" THEN
-        RETURN 'answer:replay';
-    END IF;
-    IF r.lease_expires_at IS NOT NULL AND now OPERATOR(pg_catalog.<=) r.lease_expires_at THEN
-        RETURN 'answer:in_progress';
-    END IF;
-    RETURN 'claim:next';
-END
-$$;
 
 -- What a claim answers: the columns of idem_claim's result type (sql/api.sql), in its order.
 CREATE TYPE idem.claim_answer AS (
@@ -411,98 +362,171 @@ CREATE TYPE idem.claim_answer AS (
     checkpoint_data jsonb
 );
 
--- The claim of a key; its answer as idem_claim's result row.
+-- The claim of a key; its answer as idem_claim's result row. The hot paths (a replay, a new
+-- key) run as few statements and calls as they can: a PL/pgSQL call or a statement costs
+-- microseconds each, which is most of what the SQL edition spends.
 CREATE FUNCTION idem.claim(tenant text, key text, request_hash bytea, lease_us bigint, ttl_us bigint,
                            reject_stale_uuidv7 boolean, now timestamptz)
 RETURNS idem.claim_answer
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    lock_id bigint := idem.key_lock_id(tenant, key);
-    r idem.key_row;
-    plan text;
+    -- the key's row, decoded as idem.read_key decodes it (what a message row's NULLs mean)
+    k_found boolean;
+    k_fence bigint;
+    k_state "char";
+    k_hash bytea;
+    k_attempt integer;
+    k_code integer;
+    k_body jsonb;
+    k_lease timestamptz;
+    k_expires timestamptz;
+    k_ttl interval;
+    k_odd boolean;
+    locked boolean := false;
     mine boolean := false;
+    takeover boolean;
     new_fence bigint;
     new_attempt integer;
-    lease_at timestamptz := idem.after(now, lease_us);
-    purge_at timestamptz := idem.after(now, ttl_us);
-    expires timestamptz := GREATEST(idem.after(now, ttl_us), idem.after(now, lease_us));
-    ttl_value interval := pg_catalog.make_interval(secs => ttl_us::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000);
+    lease_at timestamptz;
+    purge_at timestamptz;
     phase text;
     data jsonb;
     result idem.claim_answer;
 BEGIN
-    FOR round IN 1..4 LOOP
-        -- read first: answers that need no write (replays, live leases, mismatches) take no lock
-        r := idem.read_key(tenant, key, false);
-        IF r.state OPERATOR(pg_catalog.=) 'p'::"char" AND r.request_hash OPERATOR(pg_catalog.=) claim.request_hash
-           AND NOT (r.lease_expires_at IS NOT NULL AND now OPERATOR(pg_catalog.<=) r.lease_expires_at AND now OPERATOR(pg_catalog.<=) r.expires_at) THEN
-            mine := idem.holds_key_lock(lock_id);
+    FOR round IN 1..8 LOOP
+        -- read first, without the key lock: answers that need no write (replays, live leases,
+        -- mismatches) take none; once the lock is held, read again with the row locked
+        IF locked THEN
+            SELECT COALESCE(k.fence, 0), k.state, COALESCE(k.request_hash, '\xe3b0c44298fc1c149afbf4c8996fb924'::pg_catalog.bytea),
+                   COALESCE(k.attempt, 1), k.response_code, k.response_body, k.lease_expires_at,
+                   COALESCE(k.expires_at, k.purge_after), k.ttl,
+                   k.state OPERATOR(pg_catalog.<>) ALL ('{p,c,f}'::"char"[])
+                   OR (k.expires_at IS NULL AND (k.state OPERATOR(pg_catalog.<>) 'c' OR k.ttl IS NOT NULL))
+                   OR (k.expires_at IS NOT NULL AND (k.fence IS NULL OR k.attempt IS NULL OR k.ttl IS NULL
+                       OR pg_catalog.octet_length(k.request_hash) IS DISTINCT FROM 16))
+              INTO k_fence, k_state, k_hash, k_attempt, k_code, k_body, k_lease, k_expires, k_ttl, k_odd
+              FROM idem.keys AS k
+             WHERE k.tenant OPERATOR(pg_catalog.=) claim.tenant AND k.key OPERATOR(pg_catalog.=) claim.key
+               FOR NO KEY UPDATE OF k;
+        ELSE
+            SELECT COALESCE(k.fence, 0), k.state, COALESCE(k.request_hash, '\xe3b0c44298fc1c149afbf4c8996fb924'::pg_catalog.bytea),
+                   COALESCE(k.attempt, 1), k.response_code, k.response_body, k.lease_expires_at,
+                   COALESCE(k.expires_at, k.purge_after), k.ttl,
+                   k.state OPERATOR(pg_catalog.<>) ALL ('{p,c,f}'::"char"[])
+                   OR (k.expires_at IS NULL AND (k.state OPERATOR(pg_catalog.<>) 'c' OR k.ttl IS NOT NULL))
+                   OR (k.expires_at IS NOT NULL AND (k.fence IS NULL OR k.attempt IS NULL OR k.ttl IS NULL
+                       OR pg_catalog.octet_length(k.request_hash) IS DISTINCT FROM 16))
+              INTO k_fence, k_state, k_hash, k_attempt, k_code, k_body, k_lease, k_expires, k_ttl, k_odd
+              FROM idem.keys AS k
+             WHERE k.tenant OPERATOR(pg_catalog.=) claim.tenant AND k.key OPERATOR(pg_catalog.=) claim.key;
         END IF;
-        plan := idem.plan_claim(r, mine, claim.request_hash, key, ttl_us, reject_stale_uuidv7, now);
-        IF plan OPERATOR(pg_catalog.~~) 'answer:%' THEN
-            RETURN idem.claim_answer(pg_catalog.substr(plan, 8), r);
+        k_found := FOUND;
+        IF k_found AND k_odd THEN
+            -- impossible data: idem.read_key says what, loudly
+            PERFORM idem.read_key(tenant, key, false);
         END IF;
-        PERFORM idem.prevent_if_read_only('INSERT');
-        IF NOT pg_catalog.pg_try_advisory_xact_lock(lock_id) THEN
-            -- another transaction is claiming or finishing this key right now
-            RETURN idem.claim_answer('in_progress', NULL);
+        -- the rule of src/rules/claims.rs's plan (the empty hash above is the message rows')
+        IF k_found AND k_state OPERATOR(pg_catalog.=) 'p' AND k_hash OPERATOR(pg_catalog.=) claim.request_hash
+           AND NOT locked AND NOT (k_lease IS NOT NULL AND now OPERATOR(pg_catalog.<=) k_lease
+                                   AND now OPERATOR(pg_catalog.<=) k_expires) THEN
+            -- its lease or its life has passed: a takeover, unless it is this transaction's own
+            mine := idem.holds_key_lock(idem.key_lock_id(tenant, key));
         END IF;
-        -- with the key lock held, only a purge can be changing the row: decide on what it left
-        r := idem.read_key(tenant, key, true);
-        plan := idem.plan_claim(r, mine, claim.request_hash, key, ttl_us, reject_stale_uuidv7, now);
-        IF plan OPERATOR(pg_catalog.~~) 'answer:%' THEN
-            RETURN idem.claim_answer(pg_catalog.substr(plan, 8), r);
+        takeover := false;
+        IF k_found AND mine AND k_state OPERATOR(pg_catalog.=) 'p' AND k_hash OPERATOR(pg_catalog.=) claim.request_hash THEN
+            RETURN idem.claim_answer('in_progress', ROW(k_fence, k_state, k_hash, k_attempt, k_code, k_body, k_lease, k_expires, NULL, NULL, NULL)::idem.key_row);
+        ELSIF k_found AND now OPERATOR(pg_catalog.<=) k_expires THEN
+            IF k_hash OPERATOR(pg_catalog.<>) claim.request_hash THEN
+                result := ROW('mismatch', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+                RETURN result;
+            ELSIF k_state OPERATOR(pg_catalog.<>) 'p' THEN
+                result := ROW(CASE WHEN k_state OPERATOR(pg_catalog.=) 'f' THEN 'failed' ELSE 'completed' END,
+                              NULL, k_attempt, k_code, k_body, NULL, k_expires, NULL, NULL);
+                RETURN result;
+            ELSIF k_lease IS NOT NULL AND now OPERATOR(pg_catalog.<=) k_lease THEN
+                result := ROW('in_progress', NULL, k_attempt, NULL, NULL, k_lease, k_expires, NULL, NULL);
+                RETURN result;
+            END IF;
+            takeover := true;
+        ELSIF reject_stale_uuidv7 AND idem.is_stale_uuidv7(key, ttl_us, now) THEN
+            result := ROW('stale_key', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+            RETURN result;
         END IF;
-        new_attempt := CASE WHEN plan OPERATOR(pg_catalog.=) 'claim:next' THEN r.attempt OPERATOR(pg_catalog.+) 1 ELSE 1 END;
+        IF NOT locked THEN
+            PERFORM idem.prevent_if_read_only('INSERT');
+            IF NOT pg_catalog.pg_try_advisory_xact_lock(idem.key_lock_id(tenant, key)) THEN
+                -- another transaction is claiming or finishing this key right now
+                result := ROW('in_progress', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+                RETURN result;
+            END IF;
+            locked := true;
+            IF k_found THEN
+                -- only a purge can be changing the row now: decide on what it leaves
+                CONTINUE;
+            END IF;
+            -- no row: the insert below finds one committed meanwhile, if any
+        END IF;
+        new_attempt := CASE WHEN takeover THEN k_attempt OPERATOR(pg_catalog.+) 1 ELSE 1 END;
         new_fence := pg_catalog.nextval('idem.fence_seq'::pg_catalog.regclass);
-        IF r.fence IS NOT NULL AND new_fence OPERATOR(pg_catalog.<=) r.fence THEN
+        IF k_found AND new_fence OPERATOR(pg_catalog.<=) k_fence THEN
             -- the row replaced holds a fence above the sequence (rows restored without raising
             -- it): a fence is always above the one it replaces, as natively
-            new_fence := pg_catalog.setval('idem.fence_seq'::pg_catalog.regclass, r.fence OPERATOR(pg_catalog.+) 1);
+            new_fence := pg_catalog.setval('idem.fence_seq'::pg_catalog.regclass, k_fence OPERATOR(pg_catalog.+) 1);
         END IF;
-        IF r.state IS NULL THEN
+        lease_at := idem.after(now, lease_us);
+        purge_at := idem.after(now, ttl_us);
+        IF NOT k_found THEN
             INSERT INTO idem.keys AS k (tenant, key, fence, attempt, state, request_hash, claimed_at,
-                                        lease_expires_at, expires_at, purge_after, ttl, response_code,
-                                        response_body, checkpoint_phase, checkpoint_data)
+                                        lease_expires_at, expires_at, purge_after, ttl)
             VALUES (claim.tenant, claim.key, new_fence, new_attempt, 'p', claim.request_hash, now, lease_at,
-                    expires, purge_at, ttl_value, NULL, NULL, NULL, NULL)
+                    GREATEST(purge_at, lease_at), purge_at,
+                    pg_catalog.make_interval(secs => ttl_us::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000))
             ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
             RETURNING k.checkpoint_phase, k.checkpoint_data INTO phase, data;
-            IF NOT FOUND THEN
-                -- inserted by another transaction meanwhile (a Citus node, or the native edition)
-                RETURN idem.claim_answer('in_progress', NULL);
-            END IF;
         ELSE
             UPDATE idem.keys AS k
                SET fence = new_fence, attempt = new_attempt, state = 'p',
                    request_hash = claim.request_hash, claimed_at = now, lease_expires_at = lease_at,
-                   expires_at = expires, purge_after = LEAST(k.purge_after, purge_at),
-                   ttl = ttl_value, response_code = NULL, response_body = NULL,
+                   expires_at = GREATEST(purge_at, lease_at),
+                   purge_after = LEAST(k.purge_after, purge_at),
+                   ttl = pg_catalog.make_interval(secs => ttl_us::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000),
+                   response_code = NULL, response_body = NULL,
                    -- only a takeover hands the last checkpoint on
-                   checkpoint_phase = CASE WHEN plan OPERATOR(pg_catalog.=) 'claim:next' THEN k.checkpoint_phase END,
-                   checkpoint_data = CASE WHEN plan OPERATOR(pg_catalog.=) 'claim:next' THEN k.checkpoint_data END
+                   checkpoint_phase = CASE WHEN takeover THEN k.checkpoint_phase END,
+                   checkpoint_data = CASE WHEN takeover THEN k.checkpoint_data END
              WHERE k.tenant OPERATOR(pg_catalog.=) claim.tenant AND k.key OPERATOR(pg_catalog.=) claim.key
             RETURNING k.checkpoint_phase, k.checkpoint_data INTO phase, data;
-            IF NOT FOUND THEN
-                -- purged meanwhile: look again
-                CONTINUE;
-            END IF;
         END IF;
-        PERFORM idem.purge_in_passing(now);
-        result := ROW('claimed', new_fence, new_attempt, NULL, NULL, lease_at, expires, phase, data);
-        RETURN result;
+        IF FOUND THEN
+            IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125 THEN
+                PERFORM idem.purge_in_passing(now);
+            END IF;
+            result := ROW('claimed', new_fence, new_attempt, NULL, NULL, lease_at,
+                          GREATEST(purge_at, lease_at), phase, data);
+            RETURN result;
+        END IF;
+        -- inserted and committed by another transaction since the first read (it held the key
+        -- lock then), or purged meanwhile: look again, with the lock
     END LOOP;
-    RETURN idem.claim_answer('in_progress', NULL);
+    result := ROW('in_progress', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+    RETURN result;
 END
+$$;
+
+-- Whether a claim of an absent UUIDv7 key older than its ttl is refused (reject_stale_uuidv7).
+CREATE FUNCTION idem.is_stale_uuidv7(key text, ttl_us bigint, now timestamptz) RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT COALESCE(pg_catalog.to_timestamp(idem.uuid_v7_unix_ms(key)::pg_catalog.float8 OPERATOR(pg_catalog./) 1000)
+               OPERATOR(pg_catalog.<) (now OPERATOR(pg_catalog.-) pg_catalog.make_interval(secs => ttl_us::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000)),
+           false)
 $$;
 
 -- The row idem_claim returns for an answer that wrote nothing (src/sql_api/calls.rs ClaimRow):
 -- never the holder's fence, which would let this caller act in the holder's name.
 CREATE FUNCTION idem.claim_answer(outcome text, r idem.key_row) RETURNS idem.claim_answer
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     result idem.claim_answer;
@@ -532,7 +556,6 @@ CREATE FUNCTION idem.fenced(function text, tenant text, key text, fence bigint, 
                             phase text DEFAULT NULL, data jsonb DEFAULT NULL,
                             OUT expires_at timestamptz, OUT lease_expires_at timestamptz)
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     r idem.key_row;
@@ -601,7 +624,6 @@ $$;
 -- (sql/schema.sql): its key, state 'c' and its expiry in purge_after, every other column NULL.
 CREATE FUNCTION idem.consume(tenant text, key text, ttl_us bigint, now timestamptz) RETURNS boolean
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     lock_id bigint := idem.key_lock_id(tenant, key);
@@ -655,7 +677,9 @@ BEGIN
              WHERE k.tenant OPERATOR(pg_catalog.=) consume.tenant AND k.key OPERATOR(pg_catalog.=) consume.key;
         END IF;
         IF FOUND THEN
-            PERFORM idem.purge_in_passing(now);
+            IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125 THEN
+                PERFORM idem.purge_in_passing(now);
+            END IF;
             RETURN true;
         END IF;
         -- inserted by another node meanwhile, or purged: look again
@@ -667,7 +691,6 @@ $$;
 CREATE FUNCTION idem.consume_held(tenant text, key text, lease_expires_at timestamptz, mine boolean)
 RETURNS void
 LANGUAGE sql
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT idem.raise_error('55P03',
         pg_catalog.format('idem_consume: key "%s" of tenant "%s" is held by an attempt in progress', key, tenant),
@@ -689,10 +712,11 @@ $$;
 CREATE FUNCTION idem.purge_batch(now timestamptz, batch integer, tenants text[],
                                  finished_only boolean,
                                  OUT scanned bigint, OUT deleted bigint)
-LANGUAGE sql
-SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql
 AS $$
-    WITH batch AS MATERIALIZED (
+BEGIN
+    -- PL/pgSQL keeps the statement's plan; a SQL function would be planned at every call
+    WITH candidates AS MATERIALIZED (
         SELECT c.ctid AS row_id,
                (COALESCE(c.expires_at, c.purge_after) OPERATOR(pg_catalog.<) now
                 AND (c.lease_expires_at IS NULL OR c.lease_expires_at OPERATOR(pg_catalog.<) now)) AS purgeable
@@ -702,16 +726,18 @@ AS $$
            AND (NOT finished_only OR c.state OPERATOR(pg_catalog.<>) 'p')
          ORDER BY c.purge_after LIMIT batch
            FOR UPDATE SKIP LOCKED),
-    deleted AS (
+    gone AS (
         DELETE FROM idem.keys AS k
-         WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT b.row_id FROM batch AS b WHERE b.purgeable))
+         WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT b.row_id FROM candidates AS b WHERE b.purgeable))
         RETURNING 1),
     rearmed AS (
         UPDATE idem.keys AS k
            SET purge_after = LEAST(k.expires_at, now OPERATOR(pg_catalog.+) k.ttl)
-         WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT b.row_id FROM batch AS b WHERE NOT b.purgeable))
+         WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT b.row_id FROM candidates AS b WHERE NOT b.purgeable))
         RETURNING 1)
-    SELECT (SELECT pg_catalog.count(*) FROM batch), (SELECT pg_catalog.count(*) FROM deleted)
+    SELECT (SELECT pg_catalog.count(*) FROM candidates), (SELECT pg_catalog.count(*) FROM gone)
+      INTO scanned, deleted;
+END
 $$;
 
 -- The purge the calls do in passing, as the SQL edition has no background worker: a call that
@@ -726,12 +752,11 @@ $$;
 -- pg_idem.purge_in_passing in idem.settings (then schedule idem_purge(), with pg_cron say).
 CREATE FUNCTION idem.purge_in_passing(now timestamptz) RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125
-       AND COALESCE((SELECT s.value::pg_catalog.bool FROM idem.settings AS s
-                      WHERE s.name OPERATOR(pg_catalog.=) 'pg_idem.purge_in_passing'), true) THEN
+    -- the callers call it one time in eight (random() < 0.125): the check costs nothing then
+    IF COALESCE((SELECT s.value::pg_catalog.bool FROM idem.settings AS s
+                  WHERE s.name OPERATOR(pg_catalog.=) 'pg_idem.purge_in_passing'), true) THEN
         PERFORM idem.purge_batch(now, 16, NULL, true);
     END IF;
 END
@@ -740,7 +765,6 @@ $$;
 -- Purges expired keys in batches until none is left (or max_rows are deleted).
 CREATE FUNCTION idem.purge(max_rows bigint, tenants text[], now timestamptz) RETURNS bigint
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     total bigint := 0;
@@ -762,7 +786,6 @@ $$;
 -- The tenants whose expired keys the caller may purge: NULL for all of them.
 CREATE FUNCTION idem.purgeable_tenants(tenant_grants boolean) RETURNS text[]
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     role_name text := pg_catalog.current_setting('role');
@@ -785,7 +808,6 @@ $$;
 -- before any is read), no NULL element. Returns how many.
 CREATE FUNCTION idem.check_batch(elements anyarray, argument text, hint text, max_batch integer) RETURNS integer
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     n integer;
@@ -811,7 +833,6 @@ $$;
 -- The name of a step (a checkpoint phase, a downstream call): present, at most 256 characters.
 CREATE FUNCTION idem.check_label(value text, argument text, hint text) RETURNS text
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF value IS NULL THEN
@@ -834,7 +855,6 @@ CREATE FUNCTION idem.tenant_key_counts(now timestamptz,
     OUT stalled bigint, OUT expired bigint, OUT oldest_in_progress timestamptz)
 RETURNS SETOF record
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT k.tenant,
            pg_catalog.count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND NOT (COALESCE(k.expires_at, k.purge_after) OPERATOR(pg_catalog.<) now)),
@@ -852,7 +872,6 @@ CREATE FUNCTION idem.key_counts(now timestamptz,
     OUT stalled bigint, OUT expired bigint, OUT oldest_in_progress timestamptz)
 RETURNS record
 LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT COALESCE(pg_catalog.sum(t.in_progress), 0)::pg_catalog.int8,
            COALESCE(pg_catalog.sum(t.completed), 0)::pg_catalog.int8,

@@ -1,11 +1,21 @@
 DECLARE
     s idem.owner_settings := idem.owner_settings();
-    stored_hash bytea;
 BEGIN
-    PERFORM idem.check_tenant_and_key(tenant, key, 'key', s.max_key_length);
-    stored_hash := idem.check_request_hash(request_hash);
-    PERFORM idem.check_access(tenant, s.tenant_grants);
-    RETURN idem.claim(tenant, key, stored_hash, idem.lease_us(lease), idem.ttl_us(ttl),
+    -- the checks of src/sql_api/args.rs: each function raises its documented error; the
+    -- conditions are tested inline first, so that a valid call makes no call for them
+    IF tenant IS NULL OR key IS NULL OR tenant OPERATOR(pg_catalog.=) '' OR key OPERATOR(pg_catalog.=) ''
+       OR pg_catalog.char_length(tenant) OPERATOR(pg_catalog.>) s.max_key_length
+       OR pg_catalog.char_length(key) OPERATOR(pg_catalog.>) s.max_key_length
+       OR pg_catalog.octet_length(tenant) OPERATOR(pg_catalog.+) pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 2400 THEN
+        PERFORM idem.check_tenant_and_key(tenant, key, 'key', s.max_key_length);
+    END IF;
+    IF request_hash IS NULL OR pg_catalog.char_length(request_hash) OPERATOR(pg_catalog.>) 512 THEN
+        PERFORM idem.check_request_hash(request_hash);
+    END IF;
+    IF s.tenant_grants THEN
+        PERFORM idem.check_access(tenant, true);
+    END IF;
+    RETURN idem.claim(tenant, key, idem.stored_request_hash(request_hash), idem.lease_us(lease), idem.ttl_us(ttl),
         COALESCE(pg_catalog.current_setting('pg_idem.reject_stale_uuidv7', true), '') IN ('on', 'true', '1', 'yes'),
         pg_catalog.clock_timestamp());
 END
