@@ -19,6 +19,14 @@ CREATE FUNCTION idem.raise_error(code text, message text, detail text, hint text
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    -- RAISE refuses a NULL option: an error without a detail or a hint leaves it out
+    IF detail IS NULL AND hint IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message;
+    ELSIF detail IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, HINT = hint;
+    ELSIF hint IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, DETAIL = detail;
+    END IF;
     RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, DETAIL = detail, HINT = hint;
 END
 $$;
@@ -134,6 +142,11 @@ BEGIN
         RETURN default_us;
     END IF;
     us := idem.interval_us(value);
+    IF us IS NULL THEN
+        -- an infinite interval (PostgreSQL 17+), whose months and days EXTRACT cannot give
+        us := CASE WHEN value OPERATOR(pg_catalog.>) '0'::pg_catalog.interval
+                   THEN 9223372036854775807 ELSE -9223372036854775807 END;
+    END IF;
     IF us OPERATOR(pg_catalog.<=) 0 THEN
         PERFORM idem.invalid_argument(argument, 'must be positive', pg_catalog.format('Got %s microseconds.', us),
             'Pass a positive interval such as ''30 seconds'', or NULL for the default setting.');
@@ -192,15 +205,40 @@ $$;
 -- VIEW, autovacuum running a table owner's index expressions), PostgreSQL acts as the table's
 -- owner, which a SQL function cannot learn: the session's role would lend that code the rights
 -- of whoever started the maintenance, so no tenant is allowed there at all.
+-- Whether this runs inside a security-restricted operation: CLOSE is refused there (42501)
+-- before it looks for its cursor, and elsewhere fails with 34000 for a cursor nobody declared.
+-- It changes nothing (UNLISTEN would queue an action in a session that ever ran LISTEN, and
+-- PREPARE TRANSACTION refuses a transaction with one). Not in parallel mode (a subtransaction):
+-- the functions that check tenants are PARALLEL UNSAFE.
+CREATE FUNCTION idem.in_restricted_operation() RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    EXECUTE 'CLOSE "pg_idem: no such cursor"';
+    RETURN false;
+EXCEPTION
+    WHEN insufficient_privilege THEN
+        RETURN true;
+    WHEN invalid_cursor_name THEN
+        RETURN false;
+END
+$$;
+
 CREATE FUNCTION idem.check_access(tenant text, tenant_grants boolean) RETURNS void
 LANGUAGE plpgsql
 AS $$
 DECLARE
     role_name text;
-    restricted_operation boolean := false;
 BEGIN
     IF NOT tenant_grants THEN
         RETURN;
+    END IF;
+    -- first: inside such an operation the session's role (a superuser's, autovacuum's) is not
+    -- the role that acts
+    IF idem.in_restricted_operation() THEN
+        PERFORM idem.raise_error('42501', pg_catalog.format('permission denied for tenant "%s"', tenant),
+            'pg_idem.tenant_grants is on and the call runs inside a security-restricted operation (maintenance running a table owner''s code), whose role pg_idem''s SQL edition cannot check.',
+            'Do not call pg_idem from index expressions, or from other code that maintenance runs; the native edition checks the table owner''s grants there.');
     END IF;
     role_name := pg_catalog.current_setting('role');
     IF role_name OPERATOR(pg_catalog.=) 'none' THEN
@@ -210,24 +248,11 @@ BEGIN
                WHERE r.rolname OPERATOR(pg_catalog.=) role_name AND r.rolsuper) THEN
         RETURN;
     END IF;
-    -- UNLISTEN is refused in a security-restricted operation, and nowhere else that matters
-    -- here (it is allowed in SECURITY DEFINER functions, in read-only transactions and on a
-    -- hot standby); of a channel nobody listens to it does nothing
-    BEGIN
-        EXECUTE 'UNLISTEN pg_idem_no_channel';
-    EXCEPTION WHEN insufficient_privilege THEN
-        restricted_operation := true;
-    END;
-    IF NOT restricted_operation AND EXISTS (
+    IF EXISTS (
         SELECT FROM idem.tenant_grants AS g
         WHERE g.tenant OPERATOR(pg_catalog.=) check_access.tenant
           AND pg_catalog.pg_has_role(role_name, g.role::pg_catalog.oid, 'USAGE')) THEN
         RETURN;
-    END IF;
-    IF restricted_operation THEN
-        PERFORM idem.raise_error('42501', pg_catalog.format('permission denied for tenant "%s"', tenant),
-            'pg_idem.tenant_grants is on and the call runs inside a security-restricted operation (maintenance running a table owner''s code), whose role pg_idem''s SQL edition cannot check.',
-            'Do not call pg_idem from index expressions, or from other code that maintenance runs; the native edition checks the table owner''s grants there.');
     END IF;
     PERFORM idem.raise_error('42501', pg_catalog.format('permission denied for tenant "%s"', tenant),
         pg_catalog.format('Role "%s" has no grant on tenant "%s" (directly or through a role it has the privileges of), and pg_idem.tenant_grants is on.', role_name, tenant),
@@ -398,7 +423,7 @@ BEGIN
         -- read first, without the key lock: answers that need no write (replays, live leases,
         -- mismatches) take none; once the lock is held, read again with the row locked
         IF locked THEN
-            SELECT COALESCE(k.fence, 0), k.state, COALESCE(k.request_hash, '\xe3b0c44298fc1c149afbf4c8996fb924'::pg_catalog.bytea),
+            SELECT COALESCE(k.fence, 0), k.state, COALESCE(k.request_hash, E'\\xe3b0c44298fc1c149afbf4c8996fb924'::pg_catalog.bytea),
                    COALESCE(k.attempt, 1), k.response_code, k.response_body, k.lease_expires_at,
                    COALESCE(k.expires_at, k.purge_after), k.ttl,
                    k.state OPERATOR(pg_catalog.<>) ALL ('{p,c,f}'::"char"[])
@@ -410,7 +435,7 @@ BEGIN
              WHERE k.tenant OPERATOR(pg_catalog.=) claim.tenant AND k.key OPERATOR(pg_catalog.=) claim.key
                FOR NO KEY UPDATE OF k;
         ELSE
-            SELECT COALESCE(k.fence, 0), k.state, COALESCE(k.request_hash, '\xe3b0c44298fc1c149afbf4c8996fb924'::pg_catalog.bytea),
+            SELECT COALESCE(k.fence, 0), k.state, COALESCE(k.request_hash, E'\\xe3b0c44298fc1c149afbf4c8996fb924'::pg_catalog.bytea),
                    COALESCE(k.attempt, 1), k.response_code, k.response_body, k.lease_expires_at,
                    COALESCE(k.expires_at, k.purge_after), k.ttl,
                    k.state OPERATOR(pg_catalog.<>) ALL ('{p,c,f}'::"char"[])
@@ -500,7 +525,7 @@ BEGIN
         END IF;
         IF FOUND THEN
             IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125 THEN
-                PERFORM idem.purge_in_passing(now);
+                PERFORM idem.purge_in_passing(now, tenant);
             END IF;
             result := ROW('claimed', new_fence, new_attempt, NULL, NULL, lease_at,
                           GREATEST(purge_at, lease_at), phase, data);
@@ -509,8 +534,10 @@ BEGIN
         -- inserted and committed by another transaction since the first read (it held the key
         -- lock then), or purged meanwhile: look again, with the lock
     END LOOP;
-    result := ROW('in_progress', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
-    RETURN result;
+    -- with the key lock held, every round found no row to take and wrote none: a trigger or a
+    -- rule drops pg_idem's writes
+    PERFORM idem.dropped_write('idem_claim', tenant, key);
+    RETURN NULL;
 END
 $$;
 
@@ -611,6 +638,10 @@ BEGIN
     WHEN 'assert' THEN
         NULL; -- locked already
     END CASE;
+    IF operation OPERATOR(pg_catalog.<>) 'assert' AND NOT FOUND THEN
+        -- the row is locked and held by this fence: only a trigger or a rule can drop the write
+        PERFORM idem.dropped_write(function, tenant, key);
+    END IF;
 END
 $$;
 
@@ -631,6 +662,7 @@ DECLARE
     mine boolean := false;
     new_attempt integer;
     expiry timestamptz := idem.after(now, ttl_us);
+    inserted boolean;
 BEGIN
     LOOP
         r := idem.read_key(tenant, key, false);
@@ -667,7 +699,15 @@ BEGIN
         IF r.state IS NULL THEN
             INSERT INTO idem.keys AS k (tenant, key, state, purge_after)
             VALUES (consume.tenant, consume.key, 'c', expiry)
-            ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING;
+            ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
+            RETURNING true INTO inserted;
+            IF NOT FOUND AND NOT EXISTS (SELECT FROM idem.keys AS k
+                                          WHERE k.tenant OPERATOR(pg_catalog.=) consume.tenant
+                                            AND k.key OPERATOR(pg_catalog.=) consume.key) THEN
+                -- no conflict and no row: a trigger dropped the insert (looking again would
+                -- loop for ever)
+                PERFORM idem.dropped_write('idem_consume', tenant, key);
+            END IF;
         ELSE
             UPDATE idem.keys AS k
                SET state = 'c', lease_expires_at = NULL, response_code = NULL, response_body = NULL,
@@ -678,13 +718,24 @@ BEGIN
         END IF;
         IF FOUND THEN
             IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125 THEN
-                PERFORM idem.purge_in_passing(now);
+                PERFORM idem.purge_in_passing(now, tenant);
             END IF;
             RETURN true;
         END IF;
         -- inserted by another node meanwhile, or purged: look again
     END LOOP;
 END
+$$;
+
+-- 55000: a write of pg_idem's that a trigger or a rule on idem.keys dropped (a BEFORE trigger
+-- returning NULL, a DO INSTEAD NOTHING rule): refused rather than reported as done.
+CREATE FUNCTION idem.dropped_write(function text, tenant text, key text) RETURNS void
+LANGUAGE sql
+AS $$
+    SELECT idem.raise_error('55000',
+        pg_catalog.format('%s: idem.keys did not take the write of key "%s" of tenant "%s"', function, key, tenant),
+        'A trigger or a rule on idem.keys dropped the row pg_idem wrote.',
+        'Drop the trigger or rule on idem.keys (pg_idem''s table takes only its own writes).')
 $$;
 
 -- 55P03: idem_consume of a key an attempt of idem_claim holds (mine: this transaction's).
@@ -750,14 +801,17 @@ $$;
 -- the rows it deletes stay locked until the caller's transaction ends, so a claim of one of
 -- those expired keys in another transaction waits for that end. The owner turns it off with
 -- pg_idem.purge_in_passing in idem.settings (then schedule idem_purge(), with pg_cron say).
-CREATE FUNCTION idem.purge_in_passing(now timestamptz) RETURNS void
+CREATE FUNCTION idem.purge_in_passing(now timestamptz, tenant text) RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
     -- the callers call it one time in eight (random() < 0.125): the check costs nothing then
     IF COALESCE((SELECT s.value::pg_catalog.bool FROM idem.settings AS s
                   WHERE s.name OPERATOR(pg_catalog.=) 'pg_idem.purge_in_passing'), true) THEN
-        PERFORM idem.purge_batch(now, 16, NULL, true);
+        -- with tenant grants on, only the caller's tenant: it locks what it deletes until the
+        -- caller's transaction ends, and must hold no other tenant's keys
+        PERFORM idem.purge_batch(now, 16,
+            CASE WHEN (idem.owner_settings()).tenant_grants THEN ARRAY[tenant] END, true);
     END IF;
 END
 $$;
@@ -792,6 +846,10 @@ DECLARE
 BEGIN
     IF NOT tenant_grants THEN
         RETURN NULL;
+    END IF;
+    IF idem.in_restricted_operation() THEN
+        -- a table owner's code run by maintenance (see idem.check_access): no tenant
+        RETURN '{}';
     END IF;
     IF role_name OPERATOR(pg_catalog.=) 'none' THEN
         role_name := SESSION_USER;

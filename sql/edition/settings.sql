@@ -64,7 +64,7 @@ BEGIN
         RETURN default_us;
     END IF;
     BEGIN
-        IF raw OPERATOR(pg_catalog.~) '^\s*[0-9]+\s*$' THEN
+        IF raw OPERATOR(pg_catalog.~) '^[[:space:]]*[0-9]+[[:space:]]*$' THEN
             us := raw::pg_catalog.int8 OPERATOR(pg_catalog.*) unit_us;
         ELSE
             us := idem.interval_us(raw::pg_catalog.interval);

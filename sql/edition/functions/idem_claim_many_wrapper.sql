@@ -8,6 +8,9 @@ DECLARE
     now timestamptz;
     answer idem.claim_answer;
 BEGIN
+    -- any array (another lower bound, several dimensions): its elements in order, from 1
+    keys := CASE WHEN keys IS NOT NULL THEN ARRAY(SELECT pg_catalog.unnest(keys)) END;
+    request_hashes := CASE WHEN request_hashes IS NOT NULL THEN ARRAY(SELECT pg_catalog.unnest(request_hashes)) END;
     PERFORM idem.check_name(tenant, 'tenant', s.max_key_length);
     PERFORM idem.check_access(tenant, s.tenant_grants);
     IF keys IS NULL THEN

@@ -3,6 +3,11 @@ DECLARE
     n integer;
     now timestamptz;
 BEGIN
+    -- any array (another lower bound, several dimensions): its elements in order, from 1
+    keys := CASE WHEN keys IS NOT NULL THEN ARRAY(SELECT pg_catalog.unnest(keys)) END;
+    fences := CASE WHEN fences IS NOT NULL THEN ARRAY(SELECT pg_catalog.unnest(fences)) END;
+    response_codes := CASE WHEN response_codes IS NOT NULL THEN ARRAY(SELECT pg_catalog.unnest(response_codes)) END;
+    response_bodies := CASE WHEN response_bodies IS NOT NULL THEN ARRAY(SELECT pg_catalog.unnest(response_bodies)) END;
     PERFORM idem.check_name(tenant, 'tenant', s.max_key_length);
     PERFORM idem.check_access(tenant, s.tenant_grants);
     n := idem.check_batch(keys, 'keys', 'Pass the keys idem_claim_many claimed, such as ARRAY[''k1'', ''k2''].', s.max_batch_keys);

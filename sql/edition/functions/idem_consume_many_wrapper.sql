@@ -4,6 +4,8 @@ DECLARE
     n integer;
     now timestamptz;
 BEGIN
+    -- any array (another lower bound, several dimensions): its elements in order, from 1
+    keys := CASE WHEN keys IS NOT NULL THEN ARRAY(SELECT pg_catalog.unnest(keys)) END;
     PERFORM idem.check_name(tenant, 'tenant', s.max_key_length);
     ttl_us := idem.ttl_us(ttl);
     PERFORM idem.check_access(tenant, s.tenant_grants);
