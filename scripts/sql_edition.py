@@ -171,6 +171,12 @@ def main():
         + script(plain=True)
         + "\nRESET search_path;\n"
     )
+    # ASCII only: a migration tool or pg_tle sends the file as one string, which the server
+    # converts from the client encoding before the script's own encoding check could run
+    # (the pg_tle package wraps the same text)
+    bad = next((c for c in plain if ord(c) > 127), None)
+    if bad is not None:
+        fail(f"non-ASCII character {bad!r} in the install: sql/ and sql/edition/ must be ASCII")
     (out / f"pg_idem--{v}.sql").write_text(plain)
 
     inner = script(plain=False)

@@ -211,7 +211,7 @@ $fn$;
 -- Native idem_request_hash(text, text, jsonb) (src/sql_api/api.rs, idem_request_hash_request):
 -- the canonical array [METHOD, path, body]. The method is upper-cased in ASCII only
 -- (u8::to_ascii_uppercase, canonical_json.rs string_ascii_uppercase): translate, never upper(),
--- which follows the locale and Unicode ('ǆ' and 'ß' stay as they are). Method and path are
+-- which follows the locale and Unicode (U+01C6 and U+00DF stay as they are). Method and path are
 -- escaped as jsonb strings (escape_json, as in canonical_json), made with jsonb_object(text[]),
 -- which is IMMUTABLE where to_json is only STABLE: so this function is inlined into its caller.
 -- A SQL NULL body is JSON null; a NULL method or path gives NULL here (jsonb_object would make

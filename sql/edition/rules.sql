@@ -252,7 +252,25 @@ BEGIN
         SELECT FROM idem.tenant_grants AS g
         WHERE g.tenant OPERATOR(pg_catalog.=) check_access.tenant
           AND pg_catalog.pg_has_role(role_name, g.role::pg_catalog.oid, 'USAGE')) THEN
-        RETURN;
+        -- the grants were read with the transaction's snapshot: under REPEATABLE READ or
+        -- SERIALIZABLE it may predate a revoke committed since, which counts from the next
+        -- statement (as a lost membership does: pg_has_role reads the catalogs as they are
+        -- now). A row lock meets the newest version: a grant deleted since raises 40001.
+        IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'read committed'
+           OR pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+            RETURN;
+        END IF;
+        BEGIN
+            PERFORM FROM idem.tenant_grants AS g
+             WHERE g.tenant OPERATOR(pg_catalog.=) check_access.tenant
+               AND pg_catalog.pg_has_role(role_name, g.role::pg_catalog.oid, 'USAGE')
+               FOR KEY SHARE;
+            IF FOUND THEN
+                RETURN;
+            END IF;
+        EXCEPTION WHEN serialization_failure THEN
+            NULL;  -- revoked since the snapshot: refused below
+        END;
     END IF;
     PERFORM idem.raise_error('42501', pg_catalog.format('permission denied for tenant "%s"', tenant),
         pg_catalog.format('Role "%s" has no grant on tenant "%s" (directly or through a role it has the privileges of), and pg_idem.tenant_grants is on.', role_name, tenant),
@@ -419,6 +437,10 @@ DECLARE
     data jsonb;
     result idem.claim_answer;
 BEGIN
+    -- idem.keys in the mode its writes need, before the first read: a read's weaker lock
+    -- upgraded at the write deadlocks with REINDEX, VACUUM FULL or CLUSTER queued in between
+    -- (the native engine opens idem.keys in this mode too)
+    LOCK TABLE idem.keys IN ROW EXCLUSIVE MODE;
     FOR round IN 1..8 LOOP
         -- read first, without the key lock: answers that need no write (replays, live leases,
         -- mismatches) take none; once the lock is held, read again with the row locked
@@ -587,6 +609,10 @@ AS $$
 DECLARE
     r idem.key_row;
 BEGIN
+    -- idem.keys in the mode its writes need, before the first read: a read's weaker lock
+    -- upgraded at the write deadlocks with REINDEX, VACUUM FULL or CLUSTER queued in between
+    -- (the native engine opens idem.keys in this mode too)
+    LOCK TABLE idem.keys IN ROW EXCLUSIVE MODE;
     PERFORM idem.prevent_if_read_only(CASE operation WHEN 'release' THEN 'DELETE'
         WHEN 'assert' THEN 'SELECT FOR NO KEY UPDATE' ELSE 'UPDATE' END);
     PERFORM pg_catalog.pg_advisory_xact_lock(idem.key_lock_id(tenant, key));
@@ -664,6 +690,10 @@ DECLARE
     expiry timestamptz := idem.after(now, ttl_us);
     inserted boolean;
 BEGIN
+    -- idem.keys in the mode its writes need, before the first read: a read's weaker lock
+    -- upgraded at the write deadlocks with REINDEX, VACUUM FULL or CLUSTER queued in between
+    -- (the native engine opens idem.keys in this mode too)
+    LOCK TABLE idem.keys IN ROW EXCLUSIVE MODE;
     LOOP
         r := idem.read_key(tenant, key, false);
         IF r.state OPERATOR(pg_catalog.=) 'p'::"char" THEN
@@ -807,7 +837,15 @@ AS $$
 BEGIN
     -- the callers call it one time in eight (random() < 0.125): the check costs nothing then
     IF COALESCE((SELECT s.value::pg_catalog.bool FROM idem.settings AS s
-                  WHERE s.name OPERATOR(pg_catalog.=) 'pg_idem.purge_in_passing'), true) THEN
+                  WHERE s.name OPERATOR(pg_catalog.=) 'pg_idem.purge_in_passing'), true)
+       -- a DBA's DO ALSO rule refuses purge_batch's data-modifying WITH (0A000), a publication
+       -- without replica identity or with a row filter its DELETE and UPDATE (55000, 42P10):
+       -- a call must not fail for a purge it was not asked for (idem_purge() reports them)
+       AND NOT (SELECT c.relhasrules FROM pg_catalog.pg_class AS c
+                 WHERE c.oid OPERATOR(pg_catalog.=) 'idem.keys'::pg_catalog.regclass)
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_publication_tables AS p
+                        WHERE p.schemaname OPERATOR(pg_catalog.=) 'idem'
+                          AND p.tablename OPERATOR(pg_catalog.=) 'keys') THEN
         -- with tenant grants on, only the caller's tenant: it locks what it deletes until the
         -- caller's transaction ends, and must hold no other tenant's keys
         PERFORM idem.purge_batch(now, 16,
@@ -938,4 +976,16 @@ AS $$
            COALESCE(pg_catalog.sum(t.expired), 0)::pg_catalog.int8,
            pg_catalog.min(t.oldest_in_progress)
     FROM idem.tenant_key_counts(now) AS t
+$$;
+
+-- A stream's watermark as the latest command left it. VOLATILE on purpose: idem_watermark is
+-- declared STABLE (the native declaration), and a STABLE PL/pgSQL body reads with its calling
+-- statement's snapshot, blind to an idem_reset_watermark earlier in the same statement, which
+-- the native function sees.
+CREATE FUNCTION idem.current_watermark(tenant text, stream text) RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT w.watermark FROM idem.watermarks AS w
+     WHERE w.tenant OPERATOR(pg_catalog.=) current_watermark.tenant
+       AND w.stream OPERATOR(pg_catalog.=) current_watermark.stream
 $$;

@@ -3,6 +3,5 @@ DECLARE
 BEGIN
     PERFORM idem.check_tenant_and_key(tenant, stream, 'stream', s.max_key_length);
     PERFORM idem.check_access(tenant, s.tenant_grants);
-    RETURN (SELECT w.watermark FROM idem.watermarks AS w
-             WHERE w.tenant OPERATOR(pg_catalog.=) idem_watermark.tenant AND w.stream OPERATOR(pg_catalog.=) idem_watermark.stream);
+    RETURN idem.current_watermark(tenant, stream);
 END
