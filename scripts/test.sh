@@ -15,6 +15,13 @@
 #                  where Citus is installed (15, from ../shared/citus when present) and is
 #                  reported as skipped elsewhere; and the pooler suite (tests/pooler.rs:
 #                  its own PgBouncer in transaction mode, Debian's pgbouncer from setup.sh))
+#   sql-edition    the client suites again, against the SQL edition (full only):
+#                  PG_IDEM_EDITION=sql makes the harness install scripts/sql_edition.py's plain
+#                  file instead of preloading pg_idem and CREATE EXTENSION; the core suites,
+#                  consumers, extras, pooler (PgBouncer in transaction mode), dump_restore and
+#                  fence_tokens; a test of what only the native engine has (the engine's heap
+#                  writes, shared-memory counters, the fence clock, GUCs, the library's updates)
+#                  calls native_only and is counted as skipped (about 1.5 minutes)
 #   golden         messages, declarations, usage        tests/pg_regress/run.sh (full only)
 #   isolation      deterministic interleavings          tests/isolation/run.sh (full only)
 #   examples       the Python and Node.js examples       examples/run.sh (full only), and again
@@ -29,7 +36,8 @@
 # "N passed, N failed, N skipped".
 #
 # Skipped tests. A client test that cannot run because something is missing on this machine
-# (Citus, faketime, prlimit, the two bin directories of the pg_upgrade test) calls the harness's
+# (Citus, faketime, prlimit, the two bin directories of the pg_upgrade test), or that tests what
+# only the native edition has in a sql-edition step (native_only), calls the harness's
 # skip_test (tests/harness/lib.rs): cargo counts it as passed, so the harness also writes a line
 # "SKIPPED: suite::test: reason" into the file PG_IDEM_SKIP_LOG names, which step() sets per
 # step; those lines are counted as skipped, taken off the step's passed and listed before the
@@ -228,6 +236,10 @@ lint() {
 }
 
 core_suites=(--test sessions --test security --test concurrency --test upgrade --test hardening --test tenant_grants --test key_store --test maintenance --test table_changes --test tenant_boundary)
+# the client suites that also run against the SQL edition (PG_IDEM_EDITION=sql); not (yet) the
+# purge worker's, crash, failover (the fence clock), Citus, pg_upgrade and soak suites, nor the
+# sql_edition* suites, which compare the editions themselves
+sql_edition_suites=("${core_suites[@]}" --test consumers --test extras --test pooler --test dump_restore --test fence_tokens)
 
 # the pg_upgrade test runs in a step of its own (below) when both its versions are in the run;
 # in the full client steps it could only skip
@@ -255,6 +267,8 @@ for major in "${versions[@]}"; do
             echo "note: Citus is not installed into PostgreSQL $major: the cluster suite (tests/citus.rs) is reported as skipped there"
         fi
         step "pg$major-clients" with_pg "$major" cargo test --no-fail-fast -p pg_idem_tests "${full_filter[@]}"
+        step "pg$major-sql-edition" with_pg "$major" env PG_IDEM_EDITION=sql \
+            cargo test --no-fail-fast -p pg_idem_tests "${sql_edition_suites[@]}"
         step "pg$major-golden" with_pg "$major" tests/pg_regress/run.sh
         step "pg$major-isolation" with_pg "$major" tests/isolation/run.sh
         step "pg$major-examples" with_pg "$major" examples/run.sh

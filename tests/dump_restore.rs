@@ -13,7 +13,7 @@ fn dump_and_restore_keep_keys_and_behaviour() {
     admin.batch_execute("CREATE DATABASE source").unwrap();
     admin.batch_execute("CREATE DATABASE restored").unwrap();
     let mut db = server.client_db("source");
-    db.batch_execute("CREATE EXTENSION pg_idem").unwrap();
+    install_pg_idem(&mut db);
 
     let completed = claim(&mut db, "t1", "completed", "h");
     complete(

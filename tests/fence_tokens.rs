@@ -25,10 +25,10 @@ fn a_fence_can_be_found_by_whoever_may_act_on_the_tenant_and_by_nobody_else() {
         .client()
         .batch_execute(
             "CREATE ROLE worker LOGIN; CREATE ROLE scanner LOGIN; CREATE ROLE outsider LOGIN; \
-             SELECT idem_grant_tenant('worker', 'bank'), idem_grant_tenant('scanner', 'bank'); \
-             ALTER DATABASE postgres SET pg_idem.tenant_grants = on",
+             SELECT idem_grant_tenant('worker', 'bank'), idem_grant_tenant('scanner', 'bank')",
         )
         .unwrap();
+    server.tenant_grants_on();
     let mut worker = server.client_as("worker");
     let held = claim_with(&mut worker, "bank", "payout", "h", "10 min", None);
     let fence = held.fence.unwrap();
@@ -44,8 +44,14 @@ fn a_fence_can_be_found_by_whoever_may_act_on_the_tenant_and_by_nobody_else() {
         )
         .unwrap()
         .get(0);
+    // natively fences are read from a clock: the live one is near the claim's clock reading;
+    // the SQL edition draws them from idem.fence_seq: the live one is among the first numbers
+    let start = match edition() {
+        Edition::Native => seen,
+        Edition::Sql => 1,
+    };
     let mut found = None;
-    for (calls, guess) in (seen..seen + 200_000).enumerate() {
+    for (calls, guess) in (start..start + 200_000).enumerate() {
         if scanner
             .query_one("SELECT idem_heartbeat('bank', 'payout', $1)", &[&guess])
             .is_ok()
@@ -54,7 +60,7 @@ fn a_fence_can_be_found_by_whoever_may_act_on_the_tenant_and_by_nobody_else() {
             break;
         }
     }
-    let (guess, calls) = found.expect("the live fence is near the claim's clock reading");
+    let (guess, calls) = found.expect("the live fence is near where it was looked for");
     assert_eq!(guess, fence);
     eprintln!("the live fence was found in {calls} calls");
 
@@ -70,6 +76,12 @@ fn a_fence_can_be_found_by_whoever_may_act_on_the_tenant_and_by_nobody_else() {
 
 #[test]
 fn thousands_of_databases_and_recreations_never_run_out_of_fences() {
+    if native_only(
+        "the fence clock: fences above a flushed floor across re-created extensions, new \
+         databases and restarts (the SQL edition's fences come from idem.fence_seq)",
+    ) {
+        return;
+    }
     let server = Server::start(&[]);
     let mut db = server.client();
     let mut other = server.client();

@@ -112,16 +112,49 @@ fn unprivileged_role_uses_every_function_but_not_the_tables() {
     );
 }
 
+/// A condition on `p` (pg_proc) that holds for pg_idem's functions: the extension's members
+/// natively; in the SQL edition's plain install (no extension) those of schema idem and the
+/// idem_* of schema public.
+fn is_pg_idem_function() -> &'static str {
+    match edition() {
+        Edition::Native => {
+            "p.oid IN (SELECT d.objid FROM pg_depend d \
+               JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_idem' \
+              WHERE d.classid = 'pg_proc'::regclass AND d.deptype = 'e')"
+        }
+        Edition::Sql => {
+            "(p.pronamespace = 'idem'::regnamespace \
+              OR (p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'idem\\_%'))"
+        }
+    }
+}
+
 #[test]
 fn definer_functions_pin_their_search_path() {
     let server = Server::start(&[]);
     let mut db = server.client();
+    let definers: i64 = db
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM pg_proc p WHERE {} AND p.prosecdef",
+                is_pg_idem_function()
+            ),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        definers > 0,
+        "no SECURITY DEFINER function of pg_idem found"
+    );
     let unpinned: Vec<String> = db
         .query(
-            "SELECT p.oid::regprocedure::text FROM pg_proc p \
-             JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass AND d.deptype = 'e' \
-             JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_idem' \
-             WHERE p.prosecdef AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false)",
+            &format!(
+                "SELECT p.oid::regprocedure::text FROM pg_proc p \
+                 WHERE {} AND p.prosecdef \
+                   AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false)",
+                is_pg_idem_function()
+            ),
             &[],
         )
         .unwrap()
@@ -132,6 +165,18 @@ fn definer_functions_pin_their_search_path() {
         unpinned.is_empty(),
         "SECURITY DEFINER functions without a pinned search_path: {unpinned:?}"
     );
+}
+
+#[test]
+fn only_the_sql_functions_reading_idem_are_definers() {
+    if native_only(
+        "the library's C functions run as the caller (SECURITY INVOKER) and switch to the owner \
+         in C; in the SQL edition every function is SECURITY DEFINER by design",
+    ) {
+        return;
+    }
+    let server = Server::start(&[]);
+    let mut db = server.client();
     // The C functions run with the caller's rights and switch to the owner in C where SQL runs
     // (src/pg/owner.rs; the hostile-search-path tests below run every path): none is SECURITY
     // DEFINER nor carries settings of its own. The SQL and PL/pgSQL ones that read idem.* are.
@@ -374,10 +419,10 @@ fn hostile_search_path_on_the_spi_path_with_tenant_grants() {
             "CREATE FUNCTION public.keys_audit() RETURNS trigger LANGUAGE plpgsql AS
                $$ BEGIN RETURN NEW; END $$;
              CREATE TRIGGER audit BEFORE INSERT ON idem.keys FOR EACH ROW EXECUTE FUNCTION public.keys_audit();
-             SELECT idem_grant_tenant('app', 't');
-             ALTER DATABASE postgres SET pg_idem.tenant_grants = on;",
+             SELECT idem_grant_tenant('app', 't');",
         )
         .unwrap();
+    server.tenant_grants_on();
     hostile_session_runs_everything(&server);
     // and the check did run: another tenant is refused
     let mut app = server.client_as("app");
@@ -387,6 +432,12 @@ fn hostile_search_path_on_the_spi_path_with_tenant_grants() {
 
 #[test]
 fn hostile_search_path_without_the_preload() {
+    if native_only(
+        "the library loaded without shared_preload_libraries (CREATE EXTENSION pg_idem); the \
+         SQL edition's paths run in the tests above",
+    ) {
+        return;
+    }
     // no shared memory: fences come from nextval on idem.fence_seq, as the owner
     let server = Server::start_bare(&[]);
     server

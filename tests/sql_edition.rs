@@ -36,6 +36,14 @@ fn roles(server: &Server) {
         .expect("roles");
 }
 
+/// The native edition purges with its worker only (paused in these tests): so that the steps
+/// purge the same keys, the SQL edition's calls do not purge in passing either.
+fn no_purge_in_passing(owner: &mut Client) {
+    owner
+        .batch_execute("INSERT INTO idem.settings VALUES ('pg_idem.purge_in_passing', 'off')")
+        .expect("purge in passing off");
+}
+
 impl Target {
     fn native() -> Target {
         // the purge worker paused: the SQL edition has none, and the steps purge themselves
@@ -63,6 +71,7 @@ impl Target {
         admin
             .batch_execute(&format!("BEGIN;\n{}\nCOMMIT;", sql_edition().plain))
             .expect("plain install of the SQL edition");
+        no_purge_in_passing(&mut admin);
         Target::Plain(server)
     }
 
@@ -75,6 +84,7 @@ impl Target {
         admin
             .batch_execute("CREATE EXTENSION pg_idem")
             .expect("CREATE EXTENSION pg_idem through pg_tle");
+        no_purge_in_passing(&mut admin);
         Some(Target::Tle(server))
     }
 
@@ -104,7 +114,8 @@ impl Target {
             Target::Plain(_) | Target::Tle(_) => self
                 .client_as(ADMIN)
                 .batch_execute(
-                    "UPDATE idem.settings SET value = 'on' WHERE name = 'pg_idem.tenant_grants'",
+                    "INSERT INTO idem.settings VALUES ('pg_idem.tenant_grants', 'on') \
+                     ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
                 )
                 .expect("tenant_grants on"),
         }

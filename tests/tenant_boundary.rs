@@ -14,10 +14,10 @@ fn setup(server: &Server) {
         .batch_execute(
             "CREATE ROLE bank_app LOGIN; CREATE ROLE shop_app LOGIN; CREATE ROLE mallory LOGIN; \
              CREATE SCHEMA mallory_s AUTHORIZATION mallory; \
-             SELECT idem_grant_tenant('bank_app', 'bank'), idem_grant_tenant('shop_app', 'shop'); \
-             ALTER DATABASE postgres SET pg_idem.tenant_grants = on",
+             SELECT idem_grant_tenant('bank_app', 'bank'), idem_grant_tenant('shop_app', 'shop')",
         )
         .unwrap();
+    server.tenant_grants_on();
 }
 
 /// bank's order, paid and completed: a retry must replay it, never run it again.

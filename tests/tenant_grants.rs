@@ -30,10 +30,10 @@ fn setup(server: &Server) {
              CREATE ROLE team NOLOGIN; CREATE ROLE member LOGIN IN ROLE team; \
              CREATE ROLE switcher LOGIN NOINHERIT IN ROLE team; \
              SELECT idem_grant_tenant('payments', 'pay'), idem_grant_tenant('orders', 'ord'), \
-                    idem_grant_tenant('team', 'shared'); \
-             ALTER DATABASE postgres SET pg_idem.tenant_grants = on",
+                    idem_grant_tenant('team', 'shared')",
         )
         .unwrap();
+    server.tenant_grants_on();
 }
 
 fn denied(db: &mut Client, sql: &str) -> Option<postgres::error::DbError> {
@@ -135,10 +135,34 @@ fn only_superusers_change_the_setting_or_the_grants() {
     let server = Server::start(&[]);
     setup(&server);
     let mut payments = server.client_as("payments");
-    let e = payments
-        .batch_execute("SET pg_idem.tenant_grants = off")
-        .expect_err("a plain role switches the boundary off");
-    assert_eq!(sqlstate(&e), "42501");
+    match edition() {
+        Edition::Native => {
+            let e = payments
+                .batch_execute("SET pg_idem.tenant_grants = off")
+                .expect_err("a plain role switches the boundary off");
+            assert_eq!(sqlstate(&e), "42501");
+        }
+        Edition::Sql => {
+            // the setting is a row of idem.settings, which only pg_idem's owner may change; a
+            // session's placeholder of the same name changes nothing
+            for sql in [
+                "UPDATE idem.settings SET value = 'off' WHERE name = 'pg_idem.tenant_grants'",
+                "DELETE FROM idem.settings WHERE name = 'pg_idem.tenant_grants'",
+            ] {
+                let e = payments
+                    .batch_execute(sql)
+                    .expect_err("a plain role switches the boundary off");
+                assert_eq!(sqlstate(&e), "42501", "{sql}");
+            }
+            payments
+                .batch_execute("SET pg_idem.tenant_grants = off")
+                .unwrap();
+            assert!(
+                denied(&mut payments, "SELECT * FROM idem_claim('ord', 'k', 'h')").is_some(),
+                "a placeholder switched the boundary off"
+            );
+        }
+    }
     for call in [
         "SELECT idem_grant_tenant('payments', 'ord')",
         "SELECT idem_revoke_tenant('orders', 'ord')",
@@ -152,10 +176,7 @@ fn only_superusers_change_the_setting_or_the_grants() {
         claim(&mut server.client(), "ord", "s1", "h").outcome,
         "claimed"
     );
-    server
-        .client()
-        .batch_execute("ALTER DATABASE postgres RESET pg_idem.tenant_grants")
-        .unwrap();
+    server.reset_owner_setting("pg_idem.tenant_grants");
     let mut fresh = server.client_as("payments");
     assert_eq!(claim(&mut fresh, "ord", "s2", "h").outcome, "claimed");
 }

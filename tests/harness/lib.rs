@@ -1,6 +1,7 @@
 //! Test servers for the client suites: each test starts its own PostgreSQL with the installed
 //! pg_idem (as the `postgres` OS user when run as root), on a free port, and stops it when the
-//! `Server` is dropped, panic or not.
+//! `Server` is dropped, panic or not. With `PG_IDEM_EDITION=sql` the same suites run against the
+//! SQL edition instead (see [`edition`]; [`native_only`] for the tests that cannot).
 
 pub mod workload;
 
@@ -110,6 +111,10 @@ pub fn bindir() -> PathBuf {
 }
 
 fn check_installed() {
+    if edition() == Edition::Sql {
+        // the SQL edition is built from the source tree (sql_edition()); nothing installed
+        return;
+    }
     let out = run_ok(
         Command::new(std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into()))
             .arg("--sharedir"),
@@ -180,15 +185,40 @@ fn free_port() -> u16 {
 }
 
 impl Server {
-    /// Starts a server with pg_idem preloaded, the given extra postgresql.conf lines, and the
-    /// extension created in database `postgres`.
+    /// Starts a server with pg_idem in database `postgres` and the given extra postgresql.conf
+    /// lines: natively pg_idem preloaded and `CREATE EXTENSION pg_idem`; under
+    /// `PG_IDEM_EDITION=sql` (see [`edition`]) nothing preloaded and the SQL edition's plain
+    /// install run by the superuser `postgres` in one transaction.
     pub fn start(conf: &[&str]) -> Server {
-        let server =
-            Server::start_bare(&[&["shared_preload_libraries = 'pg_idem'"], conf].concat());
-        server
-            .client()
-            .batch_execute("CREATE EXTENSION pg_idem")
-            .expect("create extension");
+        Server::start_as(edition(), conf)
+    }
+
+    /// [`Server::start`] with the given edition, whatever `PG_IDEM_EDITION` says (a test that
+    /// compares the two editions).
+    pub fn start_as(edition: Edition, conf: &[&str]) -> Server {
+        let server = match edition {
+            Edition::Native => {
+                Server::start_bare(&[&["shared_preload_libraries = 'pg_idem'"], conf].concat())
+            }
+            Edition::Sql => Server::start_bare(conf),
+        };
+        install_edition(edition, &mut server.client());
+        if edition == Edition::Sql
+            && conf
+                .iter()
+                .any(|line| line.trim_start().starts_with("pg_idem.purge_interval"))
+        {
+            // a test that sets the purge worker's interval decides when keys are purged (the
+            // worker paused, or its passes awaited): the SQL edition's purge in passing, which
+            // purges at random calls, is switched off for it
+            server
+                .client()
+                .batch_execute(
+                    "INSERT INTO idem.settings (name, value) VALUES ('pg_idem.purge_in_passing', 'off') \
+                     ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+                )
+                .expect("pg_idem.purge_in_passing off");
+        }
         server
     }
 
@@ -507,6 +537,213 @@ pub fn complete(
 }
 
 // ---------------------------------------------------------------------------------------------
+// Editions: one conformance suite for the native engine and the SQL edition
+// ---------------------------------------------------------------------------------------------
+
+/// Which pg_idem the client suites run against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edition {
+    /// the library preloaded and `CREATE EXTENSION pg_idem` (the default)
+    Native,
+    /// the SQL edition's plain install (scripts/sql_edition.py): no library loaded
+    Sql,
+}
+
+/// The edition under test: `PG_IDEM_EDITION` = `native` (the default, also when unset or
+/// empty) or `sql`; anything else fails the test.
+pub fn edition() -> Edition {
+    static EDITION: OnceLock<Edition> = OnceLock::new();
+    *EDITION.get_or_init(
+        || match std::env::var("PG_IDEM_EDITION").unwrap_or_default().trim() {
+            "" | "native" => Edition::Native,
+            "sql" => Edition::Sql,
+            other => panic!("PG_IDEM_EDITION={other}: native (the default) or sql"),
+        },
+    )
+}
+
+/// Called first by a test of what only the native engine has (the engine's own heap writes,
+/// shared-memory counters, the purge worker, GUC definitions, the library's loading ...):
+/// under the SQL edition it records the test as skipped ([`skip_test`], dependency `native
+/// edition`, with `reason`) and returns true, and the test returns:
+/// `if native_only("shared-memory counters") { return; }`. Natively it returns false.
+pub fn native_only(reason: &str) -> bool {
+    if edition() == Edition::Native {
+        return false;
+    }
+    skip_test("native edition", &format!("native edition only: {reason}"));
+    true
+}
+
+/// The SQL edition, built once per test process by scripts/sql_edition.py from this source
+/// tree (or from the tree `PG_IDEM_SQL_EDITION_SOURCE` names: a copy with a change to
+/// sql/edition/ being tried) into a temporary directory.
+pub struct SqlEdition {
+    /// the plain install: run it in one transaction in a database (functions into `public`)
+    pub plain: String,
+    /// the pg_tle package (`pgtle.install_extension`)
+    pub tle: String,
+}
+
+/// The SQL edition of this source tree (see [`SqlEdition`]).
+pub fn sql_edition() -> &'static SqlEdition {
+    static BUILT: OnceLock<SqlEdition> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let root = std::env::var_os("PG_IDEM_SQL_EDITION_SOURCE")
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."));
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let out =
+            std::env::temp_dir().join(format!("pg_idem_sql_edition_{}_{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        run_ok(
+            Command::new("python3")
+                .arg(root.join("scripts/sql_edition.py"))
+                .arg("--out")
+                .arg(&out),
+            "scripts/sql_edition.py",
+        );
+        let file = |tle: bool| {
+            let mut found = std::fs::read_dir(&out)
+                .expect("the SQL edition's output")
+                .filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| {
+                    let name = p.to_string_lossy();
+                    name.ends_with(".sql") && name.ends_with(".tle.sql") == tle
+                });
+            let path = found
+                .next()
+                .unwrap_or_else(|| panic!("scripts/sql_edition.py built no file (tle: {tle})"));
+            std::fs::read_to_string(path).expect("read the SQL edition")
+        };
+        let built = SqlEdition {
+            plain: file(false),
+            tle: file(true),
+        };
+        let _ = std::fs::remove_dir_all(&out);
+        built
+    })
+}
+
+/// Creates pg_idem in the database `db` is connected to, as the edition under test installs
+/// it: `CREATE EXTENSION pg_idem`, or the SQL edition's plain install in one transaction (run
+/// by `db`'s role, who then owns pg_idem).
+pub fn install_pg_idem(db: &mut Client) {
+    install_edition(edition(), db);
+}
+
+/// [`install_pg_idem`] that may fail (a database pg_idem refuses); a failed plain install is
+/// rolled back.
+pub fn try_install_pg_idem(db: &mut Client) -> Result<(), postgres::Error> {
+    try_install_edition(edition(), db)
+}
+
+fn install_edition(edition: Edition, db: &mut Client) {
+    try_install_edition(edition, db).unwrap_or_else(|e| match edition {
+        Edition::Native => panic!("CREATE EXTENSION pg_idem: {e:?}"),
+        Edition::Sql => panic!("the SQL edition's plain install: {e:?}"),
+    })
+}
+
+fn try_install_edition(edition: Edition, db: &mut Client) -> Result<(), postgres::Error> {
+    match edition {
+        Edition::Native => db.batch_execute("CREATE EXTENSION pg_idem"),
+        Edition::Sql => {
+            let installed = db.batch_execute(&format!("BEGIN;\n{}\nCOMMIT;", sql_edition().plain));
+            if installed.is_err() {
+                let _ = db.batch_execute("ROLLBACK");
+            }
+            installed
+        }
+    }
+}
+
+/// pg_idem's settings that only a superuser may change natively (GUCs of context SUSET) and
+/// that the SQL edition keeps in its table idem.settings instead, with their defaults there.
+const OWNER_SETTINGS: &[(&str, &str)] = &[
+    ("pg_idem.tenant_grants", "off"),
+    ("pg_idem.max_key_length", "255"),
+    ("pg_idem.max_response_bytes", "1048576"),
+    ("pg_idem.max_batch_keys", "1000"),
+];
+
+/// The statement that sets one of pg_idem's owner-only settings (pg_idem.tenant_grants,
+/// max_key_length, max_response_bytes, max_batch_keys) for database `postgres`, run by a
+/// superuser there (`None`: back to the default). Natively `ALTER DATABASE postgres SET` (or
+/// `RESET`): sessions connected from then on. In the SQL edition its row of idem.settings,
+/// inserted or updated (a missing row is the default; `None` writes the default out): every
+/// session, from its next statement; a size such as '1kB' is stored in bytes, as the GUC reads
+/// it. For a setup script that must hold it (the pooler's, run before the pooler connects);
+/// otherwise [`Server::set_owner_setting`].
+pub fn owner_setting_sql(name: &str, value: Option<&str>) -> String {
+    let default = OWNER_SETTINGS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, default)| *default)
+        .unwrap_or_else(|| panic!("{name} is not one of pg_idem's owner-only settings"));
+    let quoted = |v: &str| format!("'{}'", v.replace('\'', "''"));
+    match (edition(), value) {
+        (Edition::Native, Some(value)) => {
+            format!("ALTER DATABASE postgres SET {name} = {}", quoted(value))
+        }
+        (Edition::Native, None) => format!("ALTER DATABASE postgres RESET {name}"),
+        (Edition::Sql, value) => {
+            let value = quoted(value.unwrap_or(default));
+            let value = if name == "pg_idem.max_response_bytes" {
+                format!("pg_catalog.pg_size_bytes({value})::text")
+            } else {
+                value
+            };
+            format!(
+                "INSERT INTO idem.settings (name, value) VALUES ('{name}', {value}) \
+                 ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value"
+            )
+        }
+    }
+}
+
+impl Server {
+    /// Sets one of pg_idem's owner-only settings for database `postgres`, as its administrator
+    /// does in the edition under test; see [`owner_setting_sql`].
+    pub fn set_owner_setting(&self, name: &str, value: &str) {
+        let sql = owner_setting_sql(name, Some(value));
+        self.client()
+            .batch_execute(&sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    }
+
+    /// Puts an owner-only setting back to its default (see [`owner_setting_sql`]).
+    pub fn reset_owner_setting(&self, name: &str) {
+        let sql = owner_setting_sql(name, None);
+        self.client()
+            .batch_execute(&sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    }
+
+    /// pg_idem.tenant_grants on for database `postgres` (see [`owner_setting_sql`]).
+    pub fn tenant_grants_on(&self) {
+        self.set_owner_setting("pg_idem.tenant_grants", "on");
+    }
+}
+
+/// Sets a limit (pg_idem.max_key_length, max_response_bytes, max_batch_keys) for the session
+/// `db` (a superuser's, in database `postgres`): natively `SET` in that session; in the SQL
+/// edition, which has no session-level limits, its row of idem.settings (so for every session).
+pub fn set_limit(db: &mut Client, name: &str, value: &str) {
+    let sql = match edition() {
+        Edition::Native => {
+            owner_setting_sql(name, Some(value)); // a name it knows
+            format!("SET {name} = '{}'", value.replace('\'', "''"))
+        }
+        Edition::Sql => owner_setting_sql(name, Some(value)),
+    };
+    db.batch_execute(&sql)
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Tests that need what a machine may not have
 // ---------------------------------------------------------------------------------------------
 
@@ -514,7 +751,9 @@ pub fn complete(
 /// returns without checking anything; `reason` says what is missing and how to get it. The
 /// dependencies: `citus` (tests/citus.rs), `faketime` (the clock tests of tests/failover.rs),
 /// `prlimit` (a backend's memory limit in tests/hardening.rs), `pg_upgrade` (the two bin
-/// directories tests/pg_upgrade.rs needs).
+/// directories tests/pg_upgrade.rs needs), `pg_tle` (the managed-style servers of
+/// tests/harness/managed.rs), `native edition` (a test of what only the native engine has, run
+/// under `PG_IDEM_EDITION=sql`: see [`native_only`]).
 ///
 /// cargo counts such a test as passed, so the skip is recorded where the test command counts
 /// it: a line `SKIPPED: <suite>::<test>: <reason>` on stderr (shown with --nocapture) and
