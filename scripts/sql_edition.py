@@ -28,9 +28,13 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EDITION = ROOT / "sql" / "edition"
-# files of sql/edition/ loaded after the native schema.sql and before the first function: the
-# edition's own internals (schema idem), in this order
-INTERNALS = ["settings.sql", "hashing.sql", "rules.sql"]
+# files of sql/edition/ with the edition's own internals (schema idem): those whose types the
+# function bodies declare variables of come right after the native schema.sql (PL/pgSQL checks
+# a body's variable types when the function is created); the rules come last, after the
+# native declarations, so that they use the declared result types (idem_claim_result) instead
+# of a copy
+INTERNALS_FIRST = ["settings.sql", "hashing.sql", "statistics.sql"]
+INTERNALS_LAST = ["rules.sql"]
 # dollar tags a body may not contain: the function's own and pg_tle's wrapper's
 BODY_TAG = "$pg_idem$"
 TLE_TAG = "$_pg_idem_tle_$"
@@ -126,28 +130,31 @@ def for_install(text, plain):
     return text
 
 
+def internals(names, plain):
+    parts = []
+    for internal in names:
+        path = EDITION / internal
+        if not path.exists():
+            fail(f"{path.relative_to(ROOT)} is missing")
+        parts.append(f"-- from sql/edition/{internal}\n{for_install(path.read_text(), plain)}")
+    return parts
+
+
 def script(plain):
     """The install script: for the plain install (plain=True) or inside CREATE EXTENSION."""
     used = set()
     parts = []
     for name in native_files():
-        text = for_install((ROOT / "sql" / name).read_text(), plain)
-        parts.append(f"-- from sql/{name}\n{replace_c_functions(text, used)}")
+        text = replace_c_functions((ROOT / "sql" / name).read_text(), used)
+        parts.append(f"-- from sql/{name}\n{for_install(text, plain)}")
         if name == "schema.sql":
-            # the edition's internals, before the first function whose body uses them (PL/pgSQL
-            # checks the types of a body's variables when the function is created)
-            for internal in INTERNALS:
-                path = EDITION / internal
-                if not path.exists():
-                    fail(f"{path.relative_to(ROOT)} is missing")
-                parts.append(
-                    f"-- from sql/edition/{internal}\n{for_install(path.read_text(), plain)}"
-                )
-            # they are for pg_idem's own functions only
-            parts.append(
-                "REVOKE ALL ON ALL FUNCTIONS IN SCHEMA idem FROM PUBLIC;\n"
-                "REVOKE ALL ON ALL TABLES IN SCHEMA idem FROM PUBLIC;\n"
-            )
+            parts.extend(internals(INTERNALS_FIRST, plain))
+    parts.extend(internals(INTERNALS_LAST, plain))
+    # the internals are for pg_idem's own functions only
+    parts.append(
+        "REVOKE ALL ON ALL FUNCTIONS IN SCHEMA idem FROM PUBLIC;\n"
+        "REVOKE ALL ON ALL TABLES IN SCHEMA idem FROM PUBLIC;\n"
+    )
     unused = {p.name for p in (EDITION / "functions").glob("*.sql")} - used
     if unused:
         fail(f"bodies of no C function: {sorted(unused)}")

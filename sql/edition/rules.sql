@@ -392,25 +392,12 @@ $$;
 -- Claims (src/rules/claims.rs, src/store/spi.rs's claim)
 -- ---------------------------------------------------------------------------------------------
 
--- What a claim answers: the columns of idem_claim's result type (sql/api.sql), in its order.
-CREATE TYPE idem.claim_answer AS (
-    outcome text,
-    fence bigint,
-    attempt integer,
-    response_code integer,
-    response_body jsonb,
-    lease_expires_at timestamptz,
-    expires_at timestamptz,
-    checkpoint_phase text,
-    checkpoint_data jsonb
-);
-
 -- The claim of a key; its answer as idem_claim's result row. The hot paths (a replay, a new
 -- key) run as few statements and calls as they can: a PL/pgSQL call or a statement costs
 -- microseconds each, which is most of what the SQL edition spends.
 CREATE FUNCTION idem.claim(tenant text, key text, request_hash bytea, lease_us bigint, ttl_us bigint,
                            reject_stale_uuidv7 boolean, now timestamptz)
-RETURNS idem.claim_answer
+RETURNS @extschema@.idem_claim_result
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -435,7 +422,7 @@ DECLARE
     purge_at timestamptz;
     phase text;
     data jsonb;
-    result idem.claim_answer;
+    result @extschema@.idem_claim_result;
 BEGIN
     -- idem.keys in the mode its writes need, before the first read: a read's weaker lock
     -- upgraded at the write deadlocks with REINDEX, VACUUM FULL or CLUSTER queued in between
@@ -574,11 +561,11 @@ $$;
 
 -- The row idem_claim returns for an answer that wrote nothing (src/sql_api/calls.rs ClaimRow):
 -- never the holder's fence, which would let this caller act in the holder's name.
-CREATE FUNCTION idem.claim_answer(outcome text, r idem.key_row) RETURNS idem.claim_answer
+CREATE FUNCTION idem.claim_answer(outcome text, r idem.key_row) RETURNS @extschema@.idem_claim_result
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    result idem.claim_answer;
+    result @extschema@.idem_claim_result;
 BEGIN
     IF outcome OPERATOR(pg_catalog.=) 'replay' THEN
         result := ROW(CASE WHEN r.state OPERATOR(pg_catalog.=) 'f'::"char" THEN 'failed' ELSE 'completed' END,
@@ -942,41 +929,7 @@ BEGIN
 END
 $$;
 
--- ---------------------------------------------------------------------------------------------
--- Key statistics (src/stats/cluster.rs's key_counts_sql, with the rules of key_row::in_sql)
--- ---------------------------------------------------------------------------------------------
 
-CREATE FUNCTION idem.tenant_key_counts(now timestamptz,
-    OUT tenant text, OUT in_progress bigint, OUT completed bigint, OUT failed bigint,
-    OUT stalled bigint, OUT expired bigint, OUT oldest_in_progress timestamptz)
-RETURNS SETOF record
-LANGUAGE sql STABLE
-AS $$
-    SELECT k.tenant,
-           pg_catalog.count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND NOT (COALESCE(k.expires_at, k.purge_after) OPERATOR(pg_catalog.<) now)),
-           pg_catalog.count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'c' AND NOT (COALESCE(k.expires_at, k.purge_after) OPERATOR(pg_catalog.<) now)),
-           pg_catalog.count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'f' AND NOT (COALESCE(k.expires_at, k.purge_after) OPERATOR(pg_catalog.<) now)),
-           pg_catalog.count(*) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND NOT (COALESCE(k.expires_at, k.purge_after) OPERATOR(pg_catalog.<) now)
-                                       AND (k.lease_expires_at IS NULL OR k.lease_expires_at OPERATOR(pg_catalog.<) now)),
-           pg_catalog.count(*) FILTER (WHERE COALESCE(k.expires_at, k.purge_after) OPERATOR(pg_catalog.<) now),
-           pg_catalog.min(k.claimed_at) FILTER (WHERE k.state OPERATOR(pg_catalog.=) 'p' AND NOT (COALESCE(k.expires_at, k.purge_after) OPERATOR(pg_catalog.<) now))
-    FROM idem.keys AS k GROUP BY k.tenant
-$$;
-
-CREATE FUNCTION idem.key_counts(now timestamptz,
-    OUT in_progress bigint, OUT completed bigint, OUT failed bigint,
-    OUT stalled bigint, OUT expired bigint, OUT oldest_in_progress timestamptz)
-RETURNS record
-LANGUAGE sql STABLE
-AS $$
-    SELECT COALESCE(pg_catalog.sum(t.in_progress), 0)::pg_catalog.int8,
-           COALESCE(pg_catalog.sum(t.completed), 0)::pg_catalog.int8,
-           COALESCE(pg_catalog.sum(t.failed), 0)::pg_catalog.int8,
-           COALESCE(pg_catalog.sum(t.stalled), 0)::pg_catalog.int8,
-           COALESCE(pg_catalog.sum(t.expired), 0)::pg_catalog.int8,
-           pg_catalog.min(t.oldest_in_progress)
-    FROM idem.tenant_key_counts(now) AS t
-$$;
 
 -- A stream's watermark as the latest command left it. VOLATILE on purpose: idem_watermark is
 -- declared STABLE (the native declaration), and a STABLE PL/pgSQL body reads with its calling

@@ -6,7 +6,7 @@ DECLARE
     stored bytea[];
     reject_stale boolean;
     now timestamptz;
-    answer idem.claim_answer;
+    answer @extschema@.idem_claim_result;
 BEGIN
     -- any array (another lower bound, several dimensions): its elements in order, from 1
     keys := CASE WHEN keys IS NOT NULL THEN ARRAY(SELECT pg_catalog.unnest(keys)) END;
