@@ -15,7 +15,3 @@ ALTER TABLE idem.keys
     ALTER COLUMN ttl DROP NOT NULL,
     ALTER COLUMN attempt DROP NOT NULL,
     ALTER COLUMN request_hash DROP NOT NULL;
-
--- idem_watermark checks the caller's tenant grants with a fresh snapshot, which a parallel
--- worker may not take: with tenant grants on, a parallel plan calling it failed (XX000)
-ALTER FUNCTION idem_watermark(text, text) PARALLEL UNSAFE;

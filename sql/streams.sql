@@ -14,10 +14,8 @@ AS 'MODULE_PATHNAME', 'idem_claim_seq_wrapper';
 COMMENT ON FUNCTION idem_claim_seq(text, text, bigint) IS
 'High-watermark dedup of an ordered stream: new (and the watermark moves to seq, inside this transaction) when seq is above the watermark, else duplicate';
 
--- PARALLEL UNSAFE: its tenant check reads the grants with a fresh snapshot (the SQL edition's
--- with a subtransaction), which a parallel worker may not take (0.5.0; it was SAFE before)
 CREATE FUNCTION idem_watermark(tenant text, stream text) RETURNS bigint
-LANGUAGE c STABLE PARALLEL UNSAFE
+LANGUAGE c STABLE PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'idem_watermark_wrapper';
 
 COMMENT ON FUNCTION idem_watermark(text, text) IS
