@@ -400,6 +400,10 @@ CREATE FUNCTION idem.claim(tenant text, key text, request_hash bytea, lease_us b
 RETURNS @extschema@.idem_claim_result
 LANGUAGE plpgsql
 AS $$
+-- the ON CONFLICT below names the primary key's columns, not the constraint: a DBA's rebuilt
+-- primary key (REINDEX CONCURRENTLY, a new index swapped in) keeps its columns, not always
+-- its name; the columns are the table's, not this function's parameters of the same names
+#variable_conflict use_column
 DECLARE
     -- the key's row, decoded as idem.read_key decodes it (what a message row's NULLs mean)
     k_found boolean;
@@ -516,7 +520,7 @@ BEGIN
             VALUES (claim.tenant, claim.key, new_fence, new_attempt, 'p', claim.request_hash, now, lease_at,
                     GREATEST(purge_at, lease_at), purge_at,
                     pg_catalog.make_interval(secs => ttl_us::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000))
-            ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
+            ON CONFLICT (tenant, key) DO NOTHING
             RETURNING k.checkpoint_phase, k.checkpoint_data INTO phase, data;
         ELSE
             UPDATE idem.keys AS k
@@ -669,6 +673,10 @@ $$;
 CREATE FUNCTION idem.consume(tenant text, key text, ttl_us bigint, now timestamptz) RETURNS boolean
 LANGUAGE plpgsql
 AS $$
+-- the ON CONFLICT below names the primary key's columns, not the constraint: a DBA's rebuilt
+-- primary key (REINDEX CONCURRENTLY, a new index swapped in) keeps its columns, not always
+-- its name; the columns are the table's, not this function's parameters of the same names
+#variable_conflict use_column
 DECLARE
     lock_id bigint := idem.key_lock_id(tenant, key);
     r idem.key_row;
@@ -716,7 +724,7 @@ BEGIN
         IF r.state IS NULL THEN
             INSERT INTO idem.keys AS k (tenant, key, state, purge_after)
             VALUES (consume.tenant, consume.key, 'c', expiry)
-            ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
+            ON CONFLICT (tenant, key) DO NOTHING
             RETURNING true INTO inserted;
             IF NOT FOUND AND NOT EXISTS (SELECT FROM idem.keys AS k
                                           WHERE k.tenant OPERATOR(pg_catalog.=) consume.tenant

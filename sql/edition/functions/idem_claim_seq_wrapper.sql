@@ -1,3 +1,5 @@
+-- (the ON CONFLICT columns are the table's: a rebuilt key keeps them, not always its name)
+#variable_conflict use_column
 DECLARE
     s idem.owner_settings := idem.owner_settings();
     now timestamptz;
@@ -12,7 +14,7 @@ BEGIN
     -- for this one's transaction (it holds the row), as only then is it known what is new
     INSERT INTO idem.watermarks AS w (tenant, stream, watermark, updated_at)
     VALUES (idem_claim_seq.tenant, idem_claim_seq.stream, seq, now)
-    ON CONFLICT ON CONSTRAINT watermarks_pkey
+    ON CONFLICT (tenant, stream)
     DO UPDATE SET watermark = EXCLUDED.watermark, updated_at = EXCLUDED.updated_at
        WHERE w.watermark OPERATOR(pg_catalog.<) EXCLUDED.watermark
     RETURNING w.watermark INTO idem_claim_seq.watermark;

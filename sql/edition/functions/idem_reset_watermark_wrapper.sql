@@ -1,3 +1,5 @@
+-- (the ON CONFLICT columns are the table's: a rebuilt key keeps them, not always its name)
+#variable_conflict use_column
 DECLARE
     s idem.owner_settings := idem.owner_settings();
     previous bigint;
@@ -12,7 +14,7 @@ BEGIN
        FOR UPDATE OF w;
     INSERT INTO idem.watermarks AS w (tenant, stream, watermark, updated_at)
     VALUES (idem_reset_watermark.tenant, idem_reset_watermark.stream, seq, pg_catalog.clock_timestamp())
-    ON CONFLICT ON CONSTRAINT watermarks_pkey
+    ON CONFLICT (tenant, stream)
     DO UPDATE SET watermark = EXCLUDED.watermark, updated_at = EXCLUDED.updated_at;
     RETURN previous;
 END
