@@ -9,7 +9,7 @@
 //! details are masked.
 
 use pg_idem_tests::managed::{self, ManagedServer};
-use pg_idem_tests::{sql_edition, Client, Server};
+use pg_idem_tests::{sql_edition, Client, Edition, Server};
 
 /// Where the calls go.
 enum Target {
@@ -47,7 +47,7 @@ fn no_purge_in_passing(owner: &mut Client) {
 impl Target {
     fn native() -> Target {
         // the purge worker paused: the SQL edition has none, and the steps purge themselves
-        let server = Server::start(&["pg_idem.purge_interval = 0"]);
+        let server = Server::start_as(Edition::Native, &["pg_idem.purge_interval = 0"]);
         roles(&server);
         Target::Native(server)
     }

@@ -355,7 +355,9 @@ $$;
 
 -- `at` plus a duration in microseconds: the one way a lease or a ttl is added to a time.
 CREATE FUNCTION idem.after(at timestamptz, duration_us bigint) RETURNS timestamptz
-LANGUAGE sql IMMUTABLE
+-- STABLE, as timestamptz + interval is: a function declared IMMUTABLE around a STABLE body is
+-- never inlined, and from PL/pgSQL it is then parsed and planned in every transaction
+LANGUAGE sql STABLE
 AS $$
     SELECT at OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => duration_us::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000)
 $$;
@@ -604,9 +606,31 @@ BEGIN
     -- upgraded at the write deadlocks with REINDEX, VACUUM FULL or CLUSTER queued in between
     -- (the native engine opens idem.keys in this mode too)
     LOCK TABLE idem.keys IN ROW EXCLUSIVE MODE;
-    PERFORM idem.prevent_if_read_only(CASE operation WHEN 'release' THEN 'DELETE'
-        WHEN 'assert' THEN 'SELECT FOR NO KEY UPDATE' ELSE 'UPDATE' END);
+    IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+        PERFORM idem.prevent_if_read_only(CASE operation WHEN 'release' THEN 'DELETE'
+            WHEN 'assert' THEN 'SELECT FOR NO KEY UPDATE' ELSE 'UPDATE' END);
+    END IF;
     PERFORM pg_catalog.pg_advisory_xact_lock(idem.key_lock_id(tenant, key));
+    IF operation IN ('complete', 'fail') THEN
+        -- the usual case in one statement: the key held by this fence, a whole row in progress
+        -- (one read_key accepts). Anything else (and a write a trigger drops) changes nothing
+        -- here, and the path below says what is wrong.
+        UPDATE idem.keys AS k
+           SET state = CASE operation WHEN 'complete' THEN 'c'::"char" ELSE 'f'::"char" END,
+               response_code = fenced.response_code, response_body = fenced.response_body,
+               lease_expires_at = NULL,
+               expires_at = idem.after(fenced.now, idem.interval_us(k.ttl)::pg_catalog.int8),
+               checkpoint_phase = NULL, checkpoint_data = NULL
+         WHERE k.tenant OPERATOR(pg_catalog.=) fenced.tenant AND k.key OPERATOR(pg_catalog.=) fenced.key
+           AND k.fence OPERATOR(pg_catalog.=) fenced.fence AND k.state OPERATOR(pg_catalog.=) 'p'::"char"
+           AND k.expires_at IS NOT NULL AND k.request_hash IS NOT NULL AND k.attempt IS NOT NULL
+           AND k.ttl IS NOT NULL AND pg_catalog.octet_length(k.request_hash) OPERATOR(pg_catalog.=) 16
+        RETURNING k.expires_at INTO expires_at;
+        IF FOUND THEN
+            lease_expires_at := NULL;
+            RETURN;
+        END IF;
+    END IF;
     r := idem.read_key(tenant, key, true);
     IF r.state IS NULL THEN
         PERFORM idem.raise_error('P0002',
@@ -703,6 +727,20 @@ BEGIN
             -- wait for whoever is claiming, finishing or consuming the key, then decide on
             -- what it left
             PERFORM pg_catalog.pg_advisory_xact_lock(lock_id);
+            IF r.state IS NULL THEN
+                -- a new message (the usual case): no second read. A row inserted since the read
+                -- above (or a write a trigger drops) makes this insert do nothing, and the path
+                -- below decides on what there is.
+                INSERT INTO idem.keys AS k (tenant, key, state, purge_after)
+                VALUES (consume.tenant, consume.key, 'c', expiry)
+                ON CONFLICT (tenant, key) DO NOTHING;
+                IF FOUND THEN
+                    IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125 THEN
+                        PERFORM idem.purge_in_passing(now, tenant);
+                    END IF;
+                    RETURN true;
+                END IF;
+            END IF;
             r := idem.read_key(tenant, key, true);
         END IF;
         -- the rule of src/rules/consumes.rs's plan_consume
@@ -720,7 +758,9 @@ BEGIN
             -- a takeover of an attempt of idem_claim whose lease passed counts its attempts
             new_attempt := r.attempt OPERATOR(pg_catalog.+) 1;
         END IF;
-        PERFORM idem.prevent_if_read_only('INSERT');
+        IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+            PERFORM idem.prevent_if_read_only('INSERT');
+        END IF;
         IF r.state IS NULL THEN
             INSERT INTO idem.keys AS k (tenant, key, state, purge_after)
             VALUES (consume.tenant, consume.key, 'c', expiry)
@@ -790,9 +830,15 @@ CREATE FUNCTION idem.purge_batch(now timestamptz, batch integer, tenants text[],
                                  OUT scanned bigint, OUT deleted bigint)
 LANGUAGE plpgsql
 AS $$
+-- PL/pgSQL keeps the statements' plans; a SQL function would be planned at every call. Row by
+-- row by ctid, a TID scan whatever the table's size: a kept plan of `ctid = ANY (...)`, made
+-- while the table was small, is a sequential scan of the whole table at every call.
+DECLARE
+    candidate record;
 BEGIN
-    -- PL/pgSQL keeps the statement's plan; a SQL function would be planned at every call
-    WITH candidates AS MATERIALIZED (
+    scanned := 0;
+    deleted := 0;
+    FOR candidate IN
         SELECT c.ctid AS row_id,
                (COALESCE(c.expires_at, c.purge_after) OPERATOR(pg_catalog.<) now
                 AND (c.lease_expires_at IS NULL OR c.lease_expires_at OPERATOR(pg_catalog.<) now)) AS purgeable
@@ -801,18 +847,20 @@ BEGIN
            AND (tenants IS NULL OR c.tenant OPERATOR(pg_catalog.=) ANY (tenants))
            AND (NOT finished_only OR c.state OPERATOR(pg_catalog.<>) 'p')
          ORDER BY c.purge_after LIMIT batch
-           FOR UPDATE SKIP LOCKED),
-    gone AS (
-        DELETE FROM idem.keys AS k
-         WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT b.row_id FROM candidates AS b WHERE b.purgeable))
-        RETURNING 1),
-    rearmed AS (
-        UPDATE idem.keys AS k
-           SET purge_after = LEAST(k.expires_at, now OPERATOR(pg_catalog.+) k.ttl)
-         WHERE k.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT b.row_id FROM candidates AS b WHERE NOT b.purgeable))
-        RETURNING 1)
-    SELECT (SELECT pg_catalog.count(*) FROM candidates), (SELECT pg_catalog.count(*) FROM gone)
-      INTO scanned, deleted;
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        scanned := scanned OPERATOR(pg_catalog.+) 1;
+        IF candidate.purgeable THEN
+            DELETE FROM idem.keys AS k WHERE k.ctid OPERATOR(pg_catalog.=) candidate.row_id;
+            IF FOUND THEN
+                deleted := deleted OPERATOR(pg_catalog.+) 1;
+            END IF;
+        ELSE
+            UPDATE idem.keys AS k
+               SET purge_after = LEAST(k.expires_at, now OPERATOR(pg_catalog.+) k.ttl)
+             WHERE k.ctid OPERATOR(pg_catalog.=) candidate.row_id;
+        END IF;
+    END LOOP;
 END
 $$;
 
