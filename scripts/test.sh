@@ -282,6 +282,7 @@ for major in "${versions[@]}"; do
         step bench-smoke with_pg 15 python3 bench/run.py --smoke --out "$root/target/bench-smoke"
         step bench-scale-smoke with_pg 15 python3 bench/scale.py --smoke --pg 15 --out "$root/target/bench-scale-smoke"
         step bench-soak-smoke with_pg 15 python3 bench/soak.py --smoke --pg 15 --out "$root/target/bench-soak-smoke"
+        step bench-sql-edition-smoke with_pg 15 python3 bench/sql_edition.py --smoke --out "$root/target/bench-sql-edition-smoke"
     fi
 done
 if [[ " ${versions[*]} " == *" 15 "* ]]; then
