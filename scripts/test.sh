@@ -22,6 +22,12 @@
 #                  fence_tokens; a test of what only the native engine has (the engine's heap
 #                  writes, shared-memory counters, the fence clock, GUCs, the library's updates)
 #                  calls native_only and is counted as skipped (about 1.5 minutes)
+#   sql-edition-tle  the same suites again, as on RDS, Aurora and Supabase (full only):
+#                  PG_IDEM_EDITION=sql-tle runs every server from the managed-style copy of
+#                  PostgreSQL NN (scripts/lib/managed_pg.sh: pg_tle built from ../shared/pg_tle
+#                  and preloaded, none of pg_idem's files) and installs the SQL edition through
+#                  pg_tle, registered and created by a role that is not a superuser (about 1.5
+#                  minutes); reported as one skipped test where ../shared/pg_tle is missing
 #   golden         messages, declarations, usage        tests/pg_regress/run.sh (full only)
 #   isolation      deterministic interleavings          tests/isolation/run.sh (full only)
 #   examples       the Python and Node.js examples       examples/run.sh (full only), and again
@@ -207,6 +213,11 @@ step() {
     echo "---- $name: $p passed, $f failed, $s skipped (exit $rc, $((SECONDS - t0)) s)"
 }
 
+# skip_step REASON: a step that cannot run on this machine, counted as one skipped test
+skip_step() {
+    echo "SKIPPED: the whole step: $1" | tee -a "$PG_IDEM_SKIP_LOG"
+}
+
 # with_pg NN CMD...: CMD with PostgreSQL NN's pg_config and binaries first in PATH
 with_pg() {
     local major="$1"
@@ -269,6 +280,12 @@ for major in "${versions[@]}"; do
         step "pg$major-clients" with_pg "$major" cargo test --no-fail-fast -p pg_idem_tests "${full_filter[@]}"
         step "pg$major-sql-edition" with_pg "$major" env PG_IDEM_EDITION=sql \
             cargo test --no-fail-fast -p pg_idem_tests "${sql_edition_suites[@]}"
+        if [ -x "$root/../shared/pg_tle/install.sh" ]; then
+            step "pg$major-sql-edition-tle" with_pg "$major" env PG_IDEM_EDITION=sql-tle \
+                cargo test --no-fail-fast -p pg_idem_tests "${sql_edition_suites[@]}"
+        else
+            step "pg$major-sql-edition-tle" skip_step "../shared/pg_tle (pg_tle's source) is missing: no managed-style server"
+        fi
         step "pg$major-golden" with_pg "$major" tests/pg_regress/run.sh
         step "pg$major-isolation" with_pg "$major" tests/isolation/run.sh
         step "pg$major-examples" with_pg "$major" examples/run.sh

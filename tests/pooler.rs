@@ -200,12 +200,14 @@ impl Rig {
     fn start(path: Path, setup: &str, users: &[&str]) -> Rig {
         let server = Server::start(&[]);
         let mut db = server.client();
-        db.batch_execute(
+        db.batch_execute(&format!(
             "CREATE TABLE public.effects (tenant text NOT NULL, key text NOT NULL, note text);
              GRANT ALL ON public.effects TO PUBLIC;
              CREATE TABLE public.spi_path (key text);
+             GRANT INSERT ON public.spi_path TO {};
              ALTER DATABASE postgres SET statement_timeout = '60s';",
-        )
+            pg_idem_owner()
+        ))
         .expect("rig setup");
         if path == Path::Spi {
             // the engine does not fire triggers, so a trigger on idem.keys sends every write
@@ -315,11 +317,12 @@ fn try_claim(
 }
 
 fn claim(db: &mut impl Db, tenant: &str, key: &str, hash: &str) -> Answer {
-    try_claim(db, tenant, key, hash, None).unwrap_or_else(|e| panic!("idem_claim {key}: {e}"))
+    try_claim(db, tenant, key, hash, None).unwrap_or_else(|e| panic!("idem_claim {key}: {e:?}"))
 }
 
 fn claim_lease(db: &mut impl Db, tenant: &str, key: &str, lease: &str) -> Answer {
-    try_claim(db, tenant, key, "h", Some(lease)).unwrap_or_else(|e| panic!("idem_claim {key}: {e}"))
+    try_claim(db, tenant, key, "h", Some(lease))
+        .unwrap_or_else(|e| panic!("idem_claim {key}: {e:?}"))
 }
 
 fn try_complete(

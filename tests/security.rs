@@ -391,7 +391,7 @@ fn hostile_session_runs_everything(server: &Server) {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(owners, vec!["postgres".to_string()]);
+    assert_eq!(owners, vec![pg_idem_owner().to_string()]);
     let superuser: bool = admin
         .query_one("SELECT rolsuper FROM pg_roles WHERE rolname = 'app'", &[])
         .unwrap()

@@ -589,3 +589,71 @@ fn bad_input_gets_the_documented_sqlstate_and_stores_nothing() {
     let wide = "😀".repeat(255);
     assert_eq!(claim(&mut a, &wide, &wide, "h").outcome, "claimed");
 }
+
+/// The server runs what `PG_IDEM_EDITION` says (the harness's switch), so that a run reported as
+/// the SQL edition through pg_tle is not the plain install or the library in disguise: natively
+/// the library preloaded and an extension of C functions; plainly no extension and no C
+/// function; through pg_tle a managed-style server (pg_tle preloaded, no pg_idem control file)
+/// where pg_idem is a registered TLE, created by a role that is not a superuser.
+#[test]
+fn pg_idem_is_installed_the_way_the_run_says() {
+    let server = Server::start(&[]);
+    let mut db = server.client();
+    let one = |db: &mut Client, sql: &str| simple_one(db, sql).unwrap().unwrap_or_default();
+    let owner = one(
+        &mut db,
+        "SELECT extowner::regrole::text FROM pg_catalog.pg_extension WHERE extname = 'pg_idem'",
+    );
+    let c_functions = one(
+        &mut db,
+        "SELECT count(*) FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = p.prolang \
+          WHERE l.lanname = 'c' AND p.proname LIKE 'idem%'",
+    );
+    let preloaded = one(&mut db, "SHOW shared_preload_libraries");
+    let control_file = one(
+        &mut db,
+        "SELECT count(*) FROM pg_catalog.pg_available_extensions WHERE name = 'pg_idem'",
+    );
+    match (edition(), sql_install()) {
+        (Edition::Native, _) => {
+            assert_eq!(owner, "postgres");
+            assert_ne!(c_functions, "0");
+            assert!(preloaded.contains("pg_idem"), "{preloaded}");
+            assert_eq!(control_file, "1");
+        }
+        (Edition::Sql, SqlInstall::Plain) => {
+            assert_eq!(owner, "", "the plain install is no extension");
+            assert_eq!(c_functions, "0");
+            assert!(!preloaded.contains("pg_idem"), "{preloaded}");
+            assert_eq!(
+                one(&mut db, "SELECT count(*) FROM idem.settings WHERE false"),
+                "0"
+            );
+        }
+        (Edition::Sql, SqlInstall::Tle) => {
+            assert_eq!(owner, TLE_ADMIN);
+            assert_eq!(
+                one(
+                    &mut db,
+                    &format!(
+                        "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = '{TLE_ADMIN}'"
+                    )
+                ),
+                "f"
+            );
+            assert_eq!(c_functions, "0");
+            assert_eq!(preloaded, "pg_tle");
+            assert_eq!(
+                control_file, "0",
+                "a managed-style server has no pg_idem file"
+            );
+            assert_eq!(
+                one(
+                    &mut db,
+                    "SELECT count(*) FROM pgtle.available_extensions() WHERE name = 'pg_idem'"
+                ),
+                "1"
+            );
+        }
+    }
+}

@@ -127,8 +127,11 @@ fn rules_run_or_are_refused_as_the_executor_decides() {
     database(
         &server,
         "ruled",
-        "CREATE TABLE public.audit (key text); \
+        &format!(
+            "CREATE TABLE public.audit (key text); GRANT INSERT ON public.audit TO {}; \
          CREATE RULE forget_audit AS ON DELETE TO idem.keys DO ALSO INSERT INTO public.audit VALUES (old.key)",
+            pg_idem_owner()
+        ),
     );
     let (mut db, notices) = watched(&server, "ruled");
     let c = claim(&mut db, "t", "k", "h");

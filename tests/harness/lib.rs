@@ -1,7 +1,8 @@
 //! Test servers for the client suites: each test starts its own PostgreSQL with the installed
 //! pg_idem (as the `postgres` OS user when run as root), on a free port, and stops it when the
-//! `Server` is dropped, panic or not. With `PG_IDEM_EDITION=sql` the same suites run against the
-//! SQL edition instead (see [`edition`]; [`native_only`] for the tests that cannot).
+//! `Server` is dropped, panic or not. With `PG_IDEM_EDITION=sql` (or `sql-tle`) the same suites
+//! run against the SQL edition instead (see [`edition`] and [`sql_install`]; [`native_only`] for
+//! the tests that cannot).
 
 pub mod workload;
 
@@ -89,6 +90,12 @@ pub fn bindir() -> PathBuf {
     static BINDIR: OnceLock<PathBuf> = OnceLock::new();
     BINDIR
         .get_or_init(|| {
+            if edition() == Edition::Sql && sql_install() == SqlInstall::Tle {
+                // the managed-style copy of this PostgreSQL: pg_tle in it, no pg_idem file
+                return managed::managed_tree(major()).unwrap_or_else(|e| {
+                    panic!("PG_IDEM_EDITION=sql-tle needs a managed-style PostgreSQL: {e}")
+                });
+            }
             let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into());
             let major = major();
             // pg_config's own bindir: Debian's reports /usr/lib/postgresql/NN/bin, a relocatable
@@ -188,7 +195,9 @@ impl Server {
     /// Starts a server with pg_idem in database `postgres` and the given extra postgresql.conf
     /// lines: natively pg_idem preloaded and `CREATE EXTENSION pg_idem`; under
     /// `PG_IDEM_EDITION=sql` (see [`edition`]) nothing preloaded and the SQL edition's plain
-    /// install run by the superuser `postgres` in one transaction.
+    /// install run by the superuser `postgres` in one transaction; under `sql-tle` a
+    /// managed-style server (pg_tle preloaded) and the SQL edition through pg_tle, registered
+    /// and created by a role that is not a superuser (see [`SqlInstall::Tle`]).
     pub fn start(conf: &[&str]) -> Server {
         Server::start_as(edition(), conf)
     }
@@ -197,6 +206,10 @@ impl Server {
     /// compares the two editions).
     pub fn start_as(edition: Edition, conf: &[&str]) -> Server {
         let server = match edition {
+            Edition::Native if edition_setting().1 == SqlInstall::Tle => panic!(
+                "PG_IDEM_EDITION=sql-tle: this test process runs a managed-style PostgreSQL, \
+                 which has no native pg_idem"
+            ),
             Edition::Native => {
                 Server::start_bare(&[&["shared_preload_libraries = 'pg_idem'"], conf].concat())
             }
@@ -248,6 +261,11 @@ impl Server {
                 "max_connections = 200".to_string(),
                 "log_line_prefix = '%m [%p] %b '".to_string(),
             ];
+            if edition() == Edition::Sql && sql_install() == SqlInstall::Tle {
+                // as a managed service preloads it (RDS: a parameter group's setting); a test's
+                // own shared_preload_libraries, later in the file, wins
+                lines.push("shared_preload_libraries = 'pg_tle'".to_string());
+            }
             lines.extend(conf.iter().map(|s| s.to_string()));
             server.write_conf(&lines);
             match server.pg_ctl(&["-w", "-t", "60", "start"]) {
@@ -549,17 +567,62 @@ pub enum Edition {
     Sql,
 }
 
-/// The edition under test: `PG_IDEM_EDITION` = `native` (the default, also when unset or
-/// empty) or `sql`; anything else fails the test.
-pub fn edition() -> Edition {
-    static EDITION: OnceLock<Edition> = OnceLock::new();
-    *EDITION.get_or_init(
+/// How the SQL edition is installed in a run of the client suites against it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqlInstall {
+    /// `PG_IDEM_EDITION=sql`: the plain install file, run by the superuser `postgres` in one
+    /// transaction on the PostgreSQL under test (`psql -1 -f`, or a migration tool)
+    Plain,
+    /// `PG_IDEM_EDITION=sql-tle`: as on Amazon RDS, Aurora or Supabase. The servers run from
+    /// the managed-style copy of the PostgreSQL under test (scripts/lib/managed_pg.sh: pg_tle
+    /// in it, none of pg_idem's files) with pg_tle preloaded; in each database the service's
+    /// side (the superuser `postgres`) creates pg_tle and the role [`TLE_ADMIN`], and that
+    /// role, which is not a superuser, registers the package (`pgtle.install_extension`) and
+    /// runs `CREATE EXTENSION pg_idem`: it owns pg_idem. The tests' own connections stay the
+    /// superuser's, standing for the customer's DBA (rds_superuser on RDS).
+    Tle,
+}
+
+/// The customer's administrator of a `sql-tle` run ([`SqlInstall::Tle`]): NOSUPERUSER
+/// CREATEROLE, a member of `pgtle_admin`, with CREATE on each database pg_idem goes into and on
+/// its schema `public`; it owns pg_idem.
+pub const TLE_ADMIN: &str = "idem_tle_admin";
+
+fn edition_setting() -> (Edition, SqlInstall) {
+    static SETTING: OnceLock<(Edition, SqlInstall)> = OnceLock::new();
+    *SETTING.get_or_init(
         || match std::env::var("PG_IDEM_EDITION").unwrap_or_default().trim() {
-            "" | "native" => Edition::Native,
-            "sql" => Edition::Sql,
-            other => panic!("PG_IDEM_EDITION={other}: native (the default) or sql"),
+            "" | "native" => (Edition::Native, SqlInstall::Plain),
+            "sql" => (Edition::Sql, SqlInstall::Plain),
+            "sql-tle" => (Edition::Sql, SqlInstall::Tle),
+            other => panic!("PG_IDEM_EDITION={other}: native (the default), sql or sql-tle"),
         },
     )
+}
+
+/// The role that owns pg_idem in database `postgres` of a [`Server`]: the superuser `postgres`,
+/// who runs `CREATE EXTENSION` or the plain install, or [`TLE_ADMIN`] in a `sql-tle` run. The
+/// code of a DBA's trigger or rule on `idem.*` runs as this role (pg_idem's functions write its
+/// tables as their owner), so a fixture that has such code write a table of its own grants that
+/// table to it, as a DBA on a managed service must.
+pub fn pg_idem_owner() -> &'static str {
+    match (edition(), sql_install()) {
+        (Edition::Sql, SqlInstall::Tle) => TLE_ADMIN,
+        _ => "postgres",
+    }
+}
+
+/// The edition under test: `PG_IDEM_EDITION` = `native` (the default, also when unset or
+/// empty), or `sql` or `sql-tle` (the SQL edition, installed as [`sql_install`] says); anything
+/// else fails the test.
+pub fn edition() -> Edition {
+    edition_setting().0
+}
+
+/// How the SQL edition is installed when it is under test (see [`SqlInstall`]); `Plain`
+/// natively.
+pub fn sql_install() -> SqlInstall {
+    edition_setting().1
 }
 
 /// Called first by a test of what only the native engine has (the engine's own heap writes,
@@ -641,17 +704,51 @@ pub fn try_install_pg_idem(db: &mut Client) -> Result<(), postgres::Error> {
 }
 
 fn install_edition(edition: Edition, db: &mut Client) {
-    try_install_edition(edition, db).unwrap_or_else(|e| match edition {
-        Edition::Native => panic!("CREATE EXTENSION pg_idem: {e:?}"),
-        Edition::Sql => panic!("the SQL edition's plain install: {e:?}"),
+    try_install_edition(edition, db).unwrap_or_else(|e| match (edition, sql_install()) {
+        (Edition::Native, _) => panic!("CREATE EXTENSION pg_idem: {e:?}"),
+        (Edition::Sql, SqlInstall::Plain) => panic!("the SQL edition's plain install: {e:?}"),
+        (Edition::Sql, SqlInstall::Tle) => panic!("the SQL edition through pg_tle: {e:?}"),
     })
 }
 
 fn try_install_edition(edition: Edition, db: &mut Client) -> Result<(), postgres::Error> {
-    match edition {
-        Edition::Native => db.batch_execute("CREATE EXTENSION pg_idem"),
-        Edition::Sql => {
+    match (edition, sql_install()) {
+        (Edition::Native, _) => db.batch_execute("CREATE EXTENSION pg_idem"),
+        (Edition::Sql, SqlInstall::Plain) => {
             let installed = db.batch_execute(&format!("BEGIN;\n{}\nCOMMIT;", sql_edition().plain));
+            if installed.is_err() {
+                let _ = db.batch_execute("ROLLBACK");
+            }
+            installed
+        }
+        (Edition::Sql, SqlInstall::Tle) => {
+            // the service's side, as a superuser: pg_tle and the customer's administrator
+            db.batch_execute(&format!(
+                "CREATE EXTENSION IF NOT EXISTS pg_tle;
+                 DO $$ BEGIN
+                     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '{TLE_ADMIN}') THEN
+                         CREATE ROLE {TLE_ADMIN} NOLOGIN NOSUPERUSER CREATEROLE;
+                     END IF;
+                     EXECUTE pg_catalog.format('GRANT CREATE ON DATABASE %I TO {TLE_ADMIN}',
+                                               pg_catalog.current_database());
+                 END $$;
+                 GRANT pgtle_admin TO {TLE_ADMIN};
+                 GRANT CREATE ON SCHEMA public TO {TLE_ADMIN};"
+            ))?;
+            // the customer's administrator registers the package (once per database: pg_tle
+            // keeps it there) and creates the extension
+            let registered = simple_one(
+                db,
+                "SELECT count(*) FROM pgtle.available_extensions() WHERE name = 'pg_idem'",
+            )?;
+            let register = if registered.as_deref() == Some("0") {
+                sql_edition().tle.as_str()
+            } else {
+                ""
+            };
+            let installed = db.batch_execute(&format!(
+                "BEGIN; SET LOCAL ROLE {TLE_ADMIN};\n{register}\nCREATE EXTENSION pg_idem; COMMIT;"
+            ));
             if installed.is_err() {
                 let _ = db.batch_execute("ROLLBACK");
             }

@@ -43,9 +43,28 @@ pub struct ManagedServer {
 }
 
 /// The bin directory of the managed-style tree for `major`, made (or found ready) by
-/// `scripts/lib/managed_pg.sh`; None when the script exits 3: ../shared/pg_tle, which carries
-/// pg_tle's source, is not on this machine.
+/// `scripts/lib/managed_pg.sh`; None (after [`skip_test`] with dependency `pg_tle`) when the
+/// script exits 3: ../shared/pg_tle, which carries pg_tle's source, is not on this machine.
 fn managed_bindir(major: u32) -> Option<PathBuf> {
+    match managed_tree(major) {
+        Ok(bindir) => Some(bindir),
+        Err(missing) => {
+            skip_test(
+                "pg_tle",
+                &format!(
+                    "no managed-style PostgreSQL {major}: {missing} (pg_tle's source and \
+                     installer belong in ../shared/pg_tle)"
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// Runs `scripts/lib/managed_pg.sh major`: the tree's bin directory, or Err with the script's
+/// message when it exits 3 (pg_tle's source missing); panics on any other failure. Also for a
+/// run whose every server is managed-style (`PG_IDEM_EDITION=sql-tle`).
+pub(crate) fn managed_tree(major: u32) -> Result<PathBuf, String> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/lib/managed_pg.sh");
     let out = Command::new("bash")
         .arg(&script)
@@ -54,15 +73,7 @@ fn managed_bindir(major: u32) -> Option<PathBuf> {
         .unwrap_or_else(|e| panic!("{}: cannot run: {e}", script.display()));
     let stderr = String::from_utf8_lossy(&out.stderr);
     if out.status.code() == Some(3) {
-        skip_test(
-            "pg_tle",
-            &format!(
-                "no managed-style PostgreSQL {major}: {} (pg_tle's source and installer \
-                 belong in ../shared/pg_tle)",
-                stderr.trim()
-            ),
-        );
-        return None;
+        return Err(stderr.trim().to_string());
     }
     assert!(
         out.status.success(),
@@ -83,7 +94,7 @@ fn managed_bindir(major: u32) -> Option<PathBuf> {
         "managed_pg.sh {major} printed {}, which has no postgres",
         bindir.display()
     );
-    Some(bindir)
+    Ok(bindir)
 }
 
 impl ManagedServer {
