@@ -353,6 +353,20 @@ const ARGUMENT_ERRORS: &[&str] = &[
     "SELECT idem_request_hash('POST', NULL, '{}')",
 ];
 
+/// The argument checks of the functions only pg_idem's administrator may call (run by
+/// [`Target::granter`]).
+const GRANT_ARGUMENT_ERRORS: &[&str] = &[
+    "SELECT idem_grant_tenant(NULL, 't')",
+    // a role of OID 0 is no role (regrole's '-'), refused as a missing one
+    "SELECT idem_grant_tenant(0::oid::regrole, 't')",
+    "SELECT idem_grant_tenant('-'::regrole, 't')",
+    "SELECT idem_revoke_tenant(0::oid::regrole, 't')",
+    "SELECT idem_revoke_tenant(NULL, 't')",
+    "SELECT idem_grant_tenant('app_user', '')",
+    "SELECT idem_grant_tenant('app_user', NULL)",
+    "SELECT idem_revoke_tenant('app_user', pg_catalog.repeat('x', 256))",
+];
+
 /// The life of keys: claims, replays, mismatches, leases and takeovers, fences refused,
 /// checkpoints, releases, forgets, consumed messages and their takeovers, expiry and the purge.
 fn lifecycle() -> Vec<(usize, String)> {
@@ -487,6 +501,28 @@ fn tenant_boundary(targets: &[Target]) {
         (0, "SELECT idem_purge()".to_string()),
     ];
     conform(targets, USER, &as_refs(&steps));
+    // the administrator's calls: the same errors for the same bad arguments
+    let answers: Vec<Vec<Answer>> = targets
+        .iter()
+        .map(|target| {
+            let mut granter = target.granter();
+            GRANT_ARGUMENT_ERRORS
+                .iter()
+                .map(|sql| run_step(&mut granter, sql))
+                .collect()
+        })
+        .collect();
+    for (i, sql) in GRANT_ARGUMENT_ERRORS.iter().enumerate() {
+        assert!(
+            matches!(answers[0][i], Answer::Error { .. }),
+            "{}: {sql}: {:?}",
+            targets[0].name(),
+            answers[0][i]
+        );
+        for (target, theirs) in targets.iter().zip(&answers).skip(1) {
+            assert_eq!(theirs[i], answers[0][i], "{} differs: {sql}", target.name());
+        }
+    }
 }
 
 /// The calls an application makes answer alike in both editions (plain install).
