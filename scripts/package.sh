@@ -9,7 +9,10 @@
 #   scripts/package.sh            the .deb and a tarball for every other supported version
 #   scripts/package.sh deb 17     only these (deb, or majors)
 #   scripts/package.sh sql        the SQL edition: pg_idem--<version>.sql (plain install) and
-#                                 pg_idem--<version>.tle.sql (pg_tle), for managed PostgreSQL
+#                                 pg_idem--<version>.tle.sql (pg_tle), for managed PostgreSQL, and
+#                                 the updates from every earlier release of it,
+#                                 pg_idem--<old>--<version>.sql and .tle.sql (none yet: 0.5.0 is
+#                                 its first)
 #
 # Upgrade scripts (sql/pg_idem--A--B.sql) are in every package; the frozen 0.1.0 install script is
 # not (new installs get the current version).
@@ -106,7 +109,7 @@ for target in "${targets[@]}"; do
     case "$target" in
         deb | 15) deb ;;
         # the SQL edition (managed PostgreSQL): the plain install and the pg_tle package
-        sql) python3 scripts/sql_edition.py --out "$out" ;;
+        sql) python3 scripts/sql_edition.py --out "$out" --updates ;;
         *) tarball "$target" ;;
     esac
 done

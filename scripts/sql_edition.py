@@ -5,7 +5,7 @@ C function replaced by its SQL or PL/pgSQL body, for servers that cannot load pg
 result types, comments, grants) are read from the native edition's sql/*.sql in the order
 src/lib.rs loads them; only the bodies come from sql/edition/.
 
-    scripts/sql_edition.py [--out DIR]     (default target/sql-edition)
+    scripts/sql_edition.py [--out DIR] [--from OLD ...] [--updates]   (default target/sql-edition)
 
 writes
     pg_idem--<version>.sql        the plain install: psql -1 -f it (or give it to a migration
@@ -13,6 +13,28 @@ writes
     pg_idem--<version>.tle.sql    the pg_tle package: registers the same script with
                                   pgtle.install_extension, after which CREATE EXTENSION pg_idem
                                   works as usual (RDS, Aurora, Supabase)
+and, for each earlier SQL edition OLD given with --from, or for every earlier release with
+--updates (those the native update scripts name, from 0.5.0, the first, on),
+    pg_idem--OLD--<version>.sql      the plain update: psql -1 -f it as pg_idem's owner
+    pg_idem--OLD--<version>.tle.sql  the pg_tle update: registers the update path and this
+                                     version, and makes it the default, after which
+                                     ALTER EXTENSION pg_idem UPDATE works as usual
+
+An update is made of what the release already has, so nothing is written twice:
+  1. the native edition's update scripts from OLD to this version (sql/pg_idem--A--B.sql,
+     chained), their C functions given their SQL bodies as in the install;
+  2. sql/edition/updates/pg_idem--A--B.sql where one exists: what only the SQL edition's own
+     objects need beyond functions (a type or a table of sql/edition/ changed);
+  3. every function and comment of this version's install, CREATE OR REPLACE: so every body
+     is this version's, whichever changed; a changed result type or argument list must be
+     dropped by step 1 or 2 first (CREATE OR REPLACE refuses it: the update fails, nothing is
+     half done);
+  4. the functions of schema idem that step 3 did not write (internals this version no longer
+     has) dropped: in an extension only its members; in a plain install every function there,
+     which belongs to pg_idem, each with a NOTICE.
+Function bodies are not checked while the update runs (check_function_bodies off, as pg_dump
+does): a body may name what a later statement creates. tests/sql_edition_updates.rs updates a
+database from one version to a made-up next one and compares it with a fresh install.
 
 A function `sym` declared `LANGUAGE c ... AS 'MODULE_PATHNAME', 'sym'` gets the body in
 sql/edition/functions/sym.sql. Its first line may say `-- language: sql` (default plpgsql).
@@ -41,6 +63,8 @@ INTERNALS_LAST = ["rules.sql"]
 # bug; its declaration changes with the release that fixes it (a Citus cluster's update cannot
 # ALTER a distributed function inside ALTER EXTENSION UPDATE).
 PARALLEL_UNSAFE_HERE = {"idem_watermark_wrapper"}
+# the SQL edition's first release: there is nothing older to update from
+FIRST_RELEASE = "0.5.0"
 # dollar tags a body may not contain: the function's own and pg_tle's wrapper's
 BODY_TAG = "$pg_idem$"
 TLE_TAG = "$_pg_idem_tle_$"
@@ -62,6 +86,77 @@ def version():
     if not match:
         fail("no version in Cargo.toml")
     return match.group(1)
+
+
+def statements(text):
+    """Splits SQL text at the semicolons that end statements: not those inside quotes, quoted
+    identifiers, comments, dollar quotes or a SQL-standard body (BEGIN ATOMIC ... END, whose
+    CASE ... END nest)."""
+    out, start, i, n = [], 0, 0, len(text)
+    previous_word, atomic = "", 0
+    while i < n:
+        c = text[i]
+        if (c.isalpha() or c == "_") and not (i > 0 and (text[i - 1].isalnum() or text[i - 1] in "_$")):
+            word = re.match(r"[A-Za-z_][A-Za-z_0-9$]*", text[i:]).group(0).upper()
+            if word == "ATOMIC" and previous_word == "BEGIN":
+                atomic = 1
+            elif atomic and word == "CASE":
+                atomic += 1
+            elif atomic and word == "END":
+                atomic -= 1
+            previous_word = word
+            i += len(word)
+            if i < n and text[i] == "'" and word in ("E", "U&", "B", "X"):
+                continue
+        elif c == "-" and text.startswith("--", i):
+            i = text.find("\n", i)
+            i = n if i < 0 else i + 1
+        elif c == "/" and text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+        elif c in "'\"":
+            escapes = c == "'" and previous_word == "E" and i > 0 and text[i - 1] in "eE"
+            i += 1
+            while i < n:
+                if escapes and text[i] == "\\":
+                    i += 2
+                elif text[i] == c:
+                    if text.startswith(c * 2, i):
+                        i += 2
+                    else:
+                        break
+                else:
+                    i += 1
+            i += 1
+        elif c == "$":
+            tag = re.match(r"\$(?:[A-Za-z_][A-Za-z_0-9]*)?\$", text[i:])
+            if tag and not (i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_")):
+                end = text.find(tag.group(0), i + len(tag.group(0)))
+                if end < 0:
+                    fail(f"an unterminated dollar quote {tag.group(0)}")
+                i = end + len(tag.group(0))
+            else:
+                i += 1
+        elif c == ";" and not atomic:
+            out.append(text[start : i + 1])
+            start = i = i + 1
+            previous_word = ""
+        else:
+            i += 1
+    if text[start:].strip() and not re.fullmatch(r"(\s|--[^\n]*\n?)*", text[start:]):
+        fail(f"text after the last statement: {text[start:][:80]!r}")
+    return out
+
+
+def without_comments(statement):
+    """A statement's text without its leading comment lines and blank lines."""
+    return re.sub(r"\A(\s*--[^\n]*\n|\s+)*", "", statement)
 
 
 def native_files():
@@ -169,10 +264,174 @@ def script(plain):
     return "\n".join(parts)
 
 
+def version_key(v):
+    return tuple(int(part) for part in re.findall(r"\d+", v))
+
+
+def earlier_releases():
+    """The SQL edition's releases before this version: the versions the native update scripts
+    name, from FIRST_RELEASE on."""
+    names = set()
+    for path in (ROOT / "sql").glob("pg_idem--*--*.sql"):
+        names.update(path.name[len("pg_idem--") : -len(".sql")].split("--"))
+    return sorted(
+        (v for v in names if version_key(FIRST_RELEASE) <= version_key(v) < version_key(version())),
+        key=version_key,
+    )
+
+
+def update_chain(old, new):
+    """The native update scripts from version `old` to `new`, in the order they run."""
+    steps = {}
+    for path in (ROOT / "sql").glob("pg_idem--*--*.sql"):
+        a, b = path.name[len("pg_idem--") : -len(".sql")].split("--")
+        steps.setdefault(a, []).append((b, path))
+    paths, seen = [[old, []]], {old}
+    while paths:
+        version_at, chain = paths.pop(0)
+        if version_at == new:
+            return chain
+        for b, path in sorted(steps.get(version_at, [])):
+            if b not in seen:
+                seen.add(b)
+                paths.append([b, chain + [path]])
+    fail(f"no update path from {old} to {new} in sql/pg_idem--A--B.sql")
+
+
+# Step 4 of an update (see the module's documentation): what step 3 wrote carries this
+# transaction's xid as its catalog rows' xmin, which a marker made here gives at any
+# subtransaction depth the update runs at.
+DROP_LEFTOVERS = """DO $pg_idem_update$
+DECLARE
+    here pg_catalog.xid;
+    leftover pg_catalog.regprocedure;
+BEGIN
+    CREATE FUNCTION idem.pg_idem_update_marker() RETURNS void LANGUAGE sql AS '';
+    SELECT p.xmin INTO here FROM pg_catalog.pg_proc AS p
+     WHERE p.oid OPERATOR(pg_catalog.=) 'idem.pg_idem_update_marker()'::pg_catalog.regprocedure;
+    DROP FUNCTION idem.pg_idem_update_marker();
+    FOR leftover IN
+        SELECT p.oid::pg_catalog.regprocedure FROM pg_catalog.pg_proc AS p
+         WHERE p.pronamespace OPERATOR(pg_catalog.=) 'idem'::pg_catalog.regnamespace
+           AND NOT p.xmin OPERATOR(pg_catalog.=) here
+           AND %s
+    LOOP
+        RAISE NOTICE 'pg_idem update: dropping %%, which this version no longer has', leftover;
+        EXECUTE pg_catalog.format('DROP FUNCTION %%s', leftover);
+    END LOOP;
+END
+$pg_idem_update$;
+"""
+IN_EXTENSION = """EXISTS (SELECT FROM pg_catalog.pg_depend AS d
+                        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                          AND d.objid OPERATOR(pg_catalog.=) p.oid
+                          AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+                          AND d.deptype OPERATOR(pg_catalog.=) 'e')"""
+
+
+def update_script(old, plain):
+    """The update from the SQL edition `old` to this version (see the module's documentation)."""
+    new = version()
+    used = set()
+    parts = ["SET LOCAL check_function_bodies = off;\n"]
+    for path in update_chain(old, new):
+        text = replace_c_functions(path.read_text(), used)
+        parts.append(f"-- from sql/{path.name}\n{for_install(text, plain)}")
+    for path in update_chain_edition(old, new):
+        parts.append(f"-- from sql/edition/updates/{path.name}\n{for_install(path.read_text(), plain)}")
+    redeclared = []
+    for statement in statements(script(plain)):
+        head = without_comments(statement)
+        if re.match(r"CREATE\s+(OR\s+REPLACE\s+)?FUNCTION\b", head, re.IGNORECASE):
+            redeclared.append(
+                re.sub(r"\ACREATE\s+(OR\s+REPLACE\s+)?FUNCTION", "CREATE OR REPLACE FUNCTION", head, flags=re.IGNORECASE)
+            )
+        elif re.match(r"COMMENT\s+ON\s+FUNCTION\b", head, re.IGNORECASE):
+            redeclared.append(head)
+    parts.append(f"-- every function of {new}, as its install declares it\n" + "\n".join(redeclared) + "\n")
+    parts.append(DROP_LEFTOVERS % ("true" if plain else IN_EXTENSION))
+    parts.append(
+        "REVOKE ALL ON ALL FUNCTIONS IN SCHEMA idem FROM PUBLIC;\n"
+        "REVOKE ALL ON ALL TABLES IN SCHEMA idem FROM PUBLIC;\n"
+        "RESET check_function_bodies;\n"
+    )
+    return "\n".join(parts)
+
+
+def update_chain_edition(old, new):
+    """sql/edition/updates/pg_idem--A--B.sql on the native update path from `old` to `new`."""
+    found = []
+    for path in update_chain(old, new):
+        edition = EDITION / "updates" / path.name
+        if edition.exists():
+            found.append(edition)
+    return found
+
+
+def ascii_only(text, what):
+    # a migration tool or pg_tle sends the file as one string, which the server converts from
+    # the client encoding before the script's own encoding check could run (the pg_tle package
+    # wraps the same text)
+    bad = next((c for c in text if ord(c) > 127), None)
+    if bad is not None:
+        fail(f"non-ASCII character {bad!r} in {what}: sql/ and sql/edition/ must be ASCII")
+
+
+def write_updates(out, olds):
+    v = version()
+    for old in olds:
+        if version_key(old) < version_key(FIRST_RELEASE):
+            fail(f"there is no SQL edition {old} to update from: the first is {FIRST_RELEASE}")
+        if version_key(old) >= version_key(v):
+            fail(f"--from {old} is not older than this version, {v}")
+        plain = (
+            f"-- pg_idem {old} -> {v}, SQL edition: the plain update (generated by scripts/sql_edition.py).\n"
+            "-- Run it once in each database that has the plain install, in one transaction, as pg_idem's owner:\n"
+            f"--     psql -1 -v ON_ERROR_STOP=1 -f pg_idem--{old}--{v}.sql\n"
+            "SET search_path = public;\n\n"
+            + update_script(old, plain=True)
+            + "\nRESET search_path;\n"
+        )
+        ascii_only(plain, f"the update from {old}")
+        (out / f"pg_idem--{old}--{v}.sql").write_text(plain)
+        inner = update_script(old, plain=False)
+        if TLE_TAG in inner:
+            fail(f"the update contains {TLE_TAG}")
+        tle = (
+            f"-- pg_idem {old} -> {v}, SQL edition: the pg_tle update (generated by scripts/sql_edition.py).\n"
+            "-- Run it as a role with pgtle_admin in each database where pg_idem's package is registered,\n"
+            "-- then ALTER EXTENSION pg_idem UPDATE where pg_idem was created. It registers the update\n"
+            f"-- path, {v} itself (for new CREATE EXTENSION) and makes {v} the default version.\n"
+            f"SELECT pgtle.install_update_path('pg_idem', '{old}', '{v}',\n"
+            f"{TLE_TAG}\n{inner}\n{TLE_TAG}\n);\n"
+            f"SELECT pgtle.install_extension_version_sql('pg_idem', '{v}',\n"
+            f"{TLE_TAG}\n{script(plain=False)}\n{TLE_TAG}\n);\n"
+            f"SELECT pgtle.set_default_version('pg_idem', '{v}');\n"
+        )
+        (out / f"pg_idem--{old}--{v}.tle.sql").write_text(tle)
+        print(out / f"pg_idem--{old}--{v}.sql")
+        print(out / f"pg_idem--{old}--{v}.tle.sql")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "target" / "sql-edition"))
+    parser.add_argument(
+        "--from",
+        dest="olds",
+        action="append",
+        default=[],
+        metavar="OLD",
+        help="also write the updates from this earlier SQL edition (repeatable)",
+    )
+    parser.add_argument(
+        "--updates",
+        action="store_true",
+        help="also write the updates from every earlier release of the SQL edition",
+    )
     args = parser.parse_args()
+    if args.updates:
+        args.olds = sorted(set(args.olds) | set(earlier_releases()), key=version_key)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     v = version()
@@ -186,12 +445,7 @@ def main():
         + script(plain=True)
         + "\nRESET search_path;\n"
     )
-    # ASCII only: a migration tool or pg_tle sends the file as one string, which the server
-    # converts from the client encoding before the script's own encoding check could run
-    # (the pg_tle package wraps the same text)
-    bad = next((c for c in plain if ord(c) > 127), None)
-    if bad is not None:
-        fail(f"non-ASCII character {bad!r} in the install: sql/ and sql/edition/ must be ASCII")
+    ascii_only(plain, "the install")
     (out / f"pg_idem--{v}.sql").write_text(plain)
 
     inner = script(plain=False)
@@ -210,6 +464,7 @@ def main():
     (out / f"pg_idem--{v}.tle.sql").write_text(tle)
     print(out / f"pg_idem--{v}.sql")
     print(out / f"pg_idem--{v}.tle.sql")
+    write_updates(out, args.olds)
 
 
 if __name__ == "__main__":

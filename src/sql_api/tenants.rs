@@ -243,9 +243,10 @@ fn role_name(role: pg_sys::Oid) -> String {
 
 /// The role argument: a role of OID 0 (regrole's '-') is no role, refused as a missing one.
 fn role_arg(role: Option<pg_sys::Oid>) -> pg_sys::Oid {
-    role.filter(|oid| *oid != pg_sys::InvalidOid).unwrap_or_else(|| {
-        errors::null_argument("role", "Name the role, such as 'app' (a regrole).").raise()
-    })
+    role.filter(|oid| *oid != pg_sys::InvalidOid)
+        .unwrap_or_else(|| {
+            errors::null_argument("role", "Name the role, such as 'app' (a regrole).").raise()
+        })
 }
 
 /// Runs GRANT or REVOKE for the checked arguments; true if it changed a row.
