@@ -147,6 +147,67 @@ fn a_duplicate_in_flight_waits_for_the_first_delivery() {
     amcheck(&mut server.client());
 }
 
+/// A batch that meets a message of another batch still in flight waits for it, and then
+/// answers what that transaction left: processed after its commit, new after its rollback;
+/// the batch's other keys are new either way, in input order.
+#[test]
+fn a_batch_waits_for_a_duplicate_in_flight_in_another_batch() {
+    let server = Server::start(&[]);
+    for first_commits in [true, false] {
+        let (x, y, z) = (
+            format!("x-{first_commits}"),
+            format!("y-{first_commits}"),
+            format!("z-{first_commits}"),
+        );
+        let mut first = server.client();
+        let mut tx = first.transaction().unwrap();
+        let firsts: Vec<String> = tx
+            .query(
+                "SELECT k FROM idem_consume_many('t', $1::text[]) AS k",
+                &[&vec![x.as_str(), y.as_str()]],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(firsts, [x.clone(), y.clone()]);
+        let conninfo = server.conninfo("postgres");
+        let keys = vec![z.clone(), y.clone(), x.clone()];
+        let pid = Arc::new(Mutex::new(0));
+        let pid_seen = pid.clone();
+        let second = thread::spawn(move || {
+            let mut db = Client::connect(&conninfo, NoTls).unwrap();
+            *pid_seen.lock().unwrap() = backend_pid(&mut db);
+            let started = Instant::now();
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            (consume_many(&mut db, "t", &keys), started.elapsed())
+        });
+        wait_for(
+            "the second batch's session",
+            Duration::from_secs(10),
+            || *pid.lock().unwrap() != 0,
+        );
+        wait_until_waiting(&server, *pid.lock().unwrap());
+        thread::sleep(Duration::from_millis(200));
+        if first_commits {
+            tx.commit().unwrap();
+        } else {
+            tx.rollback().unwrap();
+        }
+        let (answer, waited) = second.join().unwrap();
+        if first_commits {
+            assert_eq!(answer, [z.clone()], "after the first batch's commit");
+        } else {
+            assert_eq!(answer, [z, y, x], "after the first batch's rollback");
+        }
+        assert!(
+            waited >= Duration::from_millis(200),
+            "it waited: {waited:?}"
+        );
+    }
+    amcheck(&mut server.client());
+}
+
 #[test]
 fn the_wait_obeys_timeouts_and_deadlocks_are_detected() {
     let server = Server::start(&[]);

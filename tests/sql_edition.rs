@@ -418,6 +418,20 @@ fn lifecycle() -> Vec<(usize, String)> {
         (1, claim("idem_claim('t', 'm1', 'h')")),
         (1, "SELECT * FROM idem_consume_many('t', ARRAY['a', 'b', 'a', 'm1', 'c'])".into()),
         (1, "SELECT * FROM idem_consume_many('t', ARRAY['c', 'd'])".into()),
+        // every key new and each once; then new keys beside repeats and a processed one
+        (1, "SELECT * FROM idem_consume_many('t', ARRAY['bn1', 'bn2', 'bn3'])".into()),
+        (1, "SELECT * FROM idem_consume_many('t', ARRAY['bn4', 'bn1', 'bn4', 'bn5', 'bn5'])".into()),
+        // a message whose ttl passed is new again, in a batch of new ones
+        (1, "SELECT * FROM idem_consume_many('t', ARRAY['be1', 'be2'], '1 millisecond')".into()),
+        (1, "SELECT pg_catalog.pg_sleep(0.05)".into()),
+        (1, "SELECT * FROM idem_consume_many('t', ARRAY['be3', 'be1', 'be4'])".into()),
+        // in a transaction that claimed one of them: its own attempt, refused (idem_consume's
+        // rule) after a new key of the same batch
+        (0, "BEGIN".into()),
+        (0, claim("idem_claim('t', 'bown', 'h')")),
+        (0, fails("SELECT * FROM idem_consume_many('t', ARRAY['bo1', 'bown', 'bo2'])")),
+        (0, "ROLLBACK".into()),
+        (1, "SELECT * FROM idem_consume_many('t', ARRAY['bown', 'bo1'])".into()),
         // a consume takes over an attempt of idem_claim whose lease passed
         (0, claim_into("f7", "idem_claim('t', 'k7', 'h', lease => '50 milliseconds')")),
         (0, "SELECT pg_catalog.pg_sleep(0.2)".into()),

@@ -540,7 +540,7 @@ BEGIN
         END IF;
         IF FOUND THEN
             IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125 THEN
-                PERFORM idem.purge_in_passing(now, tenant);
+                PERFORM idem.purge_in_passing(now, tenant, 16);
             END IF;
             result := ROW('claimed', new_fence, new_attempt, NULL, NULL, lease_at,
                           GREATEST(purge_at, lease_at), phase, data);
@@ -736,7 +736,7 @@ BEGIN
                 ON CONFLICT (tenant, key) DO NOTHING;
                 IF FOUND THEN
                     IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125 THEN
-                        PERFORM idem.purge_in_passing(now, tenant);
+                        PERFORM idem.purge_in_passing(now, tenant, 16);
                     END IF;
                     RETURN true;
                 END IF;
@@ -783,7 +783,7 @@ BEGIN
         END IF;
         IF FOUND THEN
             IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125 THEN
-                PERFORM idem.purge_in_passing(now, tenant);
+                PERFORM idem.purge_in_passing(now, tenant, 16);
             END IF;
             RETURN true;
         END IF;
@@ -866,15 +866,16 @@ $$;
 
 -- The purge the calls do in passing, as the SQL edition has no background worker: a call that
 -- wrote a key deletes, one time in 8, up to 16 expired keys (2 per call on average, never
--- more than 16), so expired keys go at least as fast as calls add keys and the table stays
--- bounded with nothing scheduled. Only finished keys (completed, failed, consumed): an attempt
+-- more than 16; a batch, for each key it wrote one time in 8, 16 more in one pass: `batch`),
+-- so expired keys go at least as fast as calls add keys and the table stays bounded with
+-- nothing scheduled. Only finished keys (completed, failed, consumed): an attempt
 -- in progress may be the caller's own, which stays its own however long it has run (and
 -- abandoned attempts are few; idem_purge() takes them). It never waits (SKIP LOCKED) and never
 -- pays for a backlog;
 -- the rows it deletes stay locked until the caller's transaction ends, so a claim of one of
 -- those expired keys in another transaction waits for that end. The owner turns it off with
 -- pg_idem.purge_in_passing in idem.settings (then schedule idem_purge(), with pg_cron say).
-CREATE FUNCTION idem.purge_in_passing(now timestamptz, tenant text) RETURNS void
+CREATE FUNCTION idem.purge_in_passing(now timestamptz, tenant text, batch integer) RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
@@ -891,7 +892,7 @@ BEGIN
                           AND p.tablename OPERATOR(pg_catalog.=) 'keys') THEN
         -- with tenant grants on, only the caller's tenant: it locks what it deletes until the
         -- caller's transaction ends, and must hold no other tenant's keys
-        PERFORM idem.purge_batch(now, 16,
+        PERFORM idem.purge_batch(now, batch,
             CASE WHEN (idem.owner_settings()).tenant_grants THEN ARRAY[tenant] END, true);
     END IF;
 END
