@@ -172,7 +172,7 @@ fn a_batch_waits_for_a_duplicate_in_flight_in_another_batch() {
             .collect();
         assert_eq!(firsts, [x.clone(), y.clone()]);
         let conninfo = server.conninfo("postgres");
-        let keys = vec![z.clone(), y.clone(), x.clone()];
+        let keys = [z.clone(), y.clone(), x.clone()];
         let pid = Arc::new(Mutex::new(0));
         let pid_seen = pid.clone();
         let second = thread::spawn(move || {
@@ -196,7 +196,11 @@ fn a_batch_waits_for_a_duplicate_in_flight_in_another_batch() {
         }
         let (answer, waited) = second.join().unwrap();
         if first_commits {
-            assert_eq!(answer, [z.clone()], "after the first batch's commit");
+            assert_eq!(
+                answer,
+                std::slice::from_ref(&z),
+                "after the first batch's commit"
+            );
         } else {
             assert_eq!(answer, [z, y, x], "after the first batch's rollback");
         }
