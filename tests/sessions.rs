@@ -624,6 +624,15 @@ fn pg_idem_is_installed_the_way_the_run_says() {
         (Edition::Sql, SqlInstall::Plain) => {
             assert_eq!(owner, "", "the plain install is no extension");
             assert_eq!(c_functions, "0");
+            if std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../shared/pg_tle/install.sh")
+                .exists()
+            {
+                assert_eq!(
+                    control_file, "0",
+                    "a managed-style server has no pg_idem file"
+                );
+            }
             assert!(!preloaded.contains("pg_idem"), "{preloaded}");
             assert_eq!(
                 one(&mut db, "SELECT count(*) FROM idem.settings WHERE false"),

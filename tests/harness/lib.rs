@@ -90,11 +90,18 @@ pub fn bindir() -> PathBuf {
     static BINDIR: OnceLock<PathBuf> = OnceLock::new();
     BINDIR
         .get_or_init(|| {
-            if edition() == Edition::Sql && sql_install() == SqlInstall::Tle {
-                // the managed-style copy of this PostgreSQL: pg_tle in it, no pg_idem file
-                return managed::managed_tree(major()).unwrap_or_else(|e| {
-                    panic!("PG_IDEM_EDITION=sql-tle needs a managed-style PostgreSQL: {e}")
-                });
+            if edition() == Edition::Sql {
+                // the managed-style copy of this PostgreSQL: no pg_idem file in it (so that
+                // nothing of the native edition can be used by mistake), pg_tle built in
+                match (managed::managed_tree(major()), sql_install()) {
+                    (Ok(bindir), _) => return bindir,
+                    (Err(e), SqlInstall::Tle) => {
+                        panic!("PG_IDEM_EDITION=sql-tle needs a managed-style PostgreSQL: {e}")
+                    }
+                    // without ../shared/pg_tle the plain install runs on the PostgreSQL under
+                    // test, where the native files are but nothing loads them
+                    (Err(_), SqlInstall::Plain) => {}
+                }
             }
             let pg_config = std::env::var("PG_CONFIG").unwrap_or_else(|_| "pg_config".into());
             let major = major();
@@ -571,7 +578,10 @@ pub enum Edition {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SqlInstall {
     /// `PG_IDEM_EDITION=sql`: the plain install file, run by the superuser `postgres` in one
-    /// transaction on the PostgreSQL under test (`psql -1 -f`, or a migration tool)
+    /// transaction (`psql -1 -f`, or a migration tool), on the managed-style copy of the
+    /// PostgreSQL under test (scripts/lib/managed_pg.sh: none of pg_idem's files; pg_tle is
+    /// there but not loaded), or where ../shared/pg_tle is missing on the PostgreSQL under
+    /// test itself
     Plain,
     /// `PG_IDEM_EDITION=sql-tle`: as on Amazon RDS, Aurora or Supabase. The servers run from
     /// the managed-style copy of the PostgreSQL under test (scripts/lib/managed_pg.sh: pg_tle
