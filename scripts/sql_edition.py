@@ -310,6 +310,17 @@ BEGIN
     SELECT p.xmin INTO here FROM pg_catalog.pg_proc AS p
      WHERE p.oid OPERATOR(pg_catalog.=) 'idem.pg_idem_update_marker()'::pg_catalog.regprocedure;
     DROP FUNCTION idem.pg_idem_update_marker();
+    -- an update run statement by statement (psql without -1) wrote its functions in other
+    -- transactions: every function would look left over
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_proc AS p
+                    WHERE p.pronamespace OPERATOR(pg_catalog.=) 'idem'::pg_catalog.regnamespace
+                      AND p.xmin OPERATOR(pg_catalog.=) here) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'invalid_transaction_state',
+            MESSAGE = 'pg_idem update: the update must run in one transaction',
+            DETAIL = 'Its functions were written in other transactions than this statement''s, so it cannot tell which functions the new version no longer has.',
+            HINT = 'Run the whole file in one transaction (psql -1 -v ON_ERROR_STOP=1 -f ...); the functions of the new version are in place, the old ones are not dropped.';
+    END IF;
     FOR leftover IN
         SELECT p.oid::pg_catalog.regprocedure FROM pg_catalog.pg_proc AS p
          WHERE p.pronamespace OPERATOR(pg_catalog.=) 'idem'::pg_catalog.regnamespace

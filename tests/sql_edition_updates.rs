@@ -286,7 +286,7 @@ fn the_plain_update_makes_a_database_what_a_fresh_install_is() {
             managed::USER
         ))
         .unwrap();
-    for dbname in ["updated", "fresh"] {
+    for dbname in ["updated", "fresh", "autocommit"] {
         // statements of their own: CREATE DATABASE runs outside a transaction block
         postgres
             .batch_execute(&format!(
@@ -332,6 +332,71 @@ fn the_plain_update_makes_a_database_what_a_fresh_install_is() {
         .expect_err("the plain update twice");
     updated.batch_execute("ROLLBACK").unwrap();
     assert_eq!(catalog(&mut updated), catalog(&mut fresh));
+    plain_update_out_of_a_transaction_drops_nothing(&server, &releases);
+}
+
+/// The plain update run statement by statement (psql without -1, a migration tool that does
+/// not wrap the file) must not take every function for a left-over: it stops before dropping
+/// any, with an error that says how to run it, and the functions all work.
+fn plain_update_out_of_a_transaction_drops_nothing(server: &Server, releases: &Releases) {
+    let connect = |dbname: &str| {
+        Client::connect(
+            &format!(
+                "host=127.0.0.1 port={} user={} dbname={dbname}",
+                server.port,
+                managed::ADMIN
+            ),
+            pg_idem_tests::NoTls,
+        )
+        .unwrap()
+    };
+    let mut db = connect("autocommit");
+    db.batch_execute(&format!("BEGIN;\n{}\nCOMMIT;", releases.old_plain))
+        .expect("plain install of OLD");
+    populate(&mut db);
+    let file = server.dir().join("update.sql");
+    std::fs::write(&file, &releases.update_plain).unwrap();
+    let port = server.port.to_string();
+    let out = server.run_bin(
+        "psql",
+        &[
+            "-X",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-U",
+            managed::ADMIN,
+            "-d",
+            "autocommit",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-f",
+            &file.to_string_lossy(),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the update out of a transaction stops: {stderr}"
+    );
+    assert!(
+        stderr.contains("the update must run in one transaction"),
+        "{stderr}"
+    );
+    let mut db = connect("autocommit");
+    assert_eq!(
+        simple_one(&mut db, "SELECT outcome FROM idem_claim('t', 'done', 'h')")
+            .unwrap()
+            .as_deref(),
+        Some("completed")
+    );
+    assert_eq!(
+        simple_one(&mut db, "SELECT count(*) FROM pg_catalog.pg_proc WHERE pronamespace = 'idem'::regnamespace AND proname = 'claim'")
+            .unwrap()
+            .as_deref(),
+        Some("1")
+    );
 }
 
 #[test]
