@@ -485,7 +485,7 @@ fn a_read_only_transaction_reads_keys_and_writes_none() {
 fn a_pooled_session_survives_the_extension_being_dropped_and_created_again() {
     if native_only(
         "the library's per-backend caches (idem.keys' OID, result descriptors) across DROP and \
-         CREATE EXTENSION; the plain SQL edition is no extension",
+         CREATE EXTENSION; the SQL edition keeps no such cache",
     ) {
         return;
     }

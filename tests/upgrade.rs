@@ -11,7 +11,7 @@ use pg_idem_tests::*;
 
 /// Why every test here is the native edition's only.
 const NATIVE_ONLY: &str = "ALTER EXTENSION pg_idem UPDATE through sql/pg_idem--*--*.sql with \
-    the new library loaded; the plain SQL edition is no extension and has no update scripts";
+    the new library loaded; the SQL edition's updates are tests/sql_edition_updates.rs's";
 
 /// The version this build installs by default: the extension crate's, in its Cargo.toml.
 fn current_version() -> String {
