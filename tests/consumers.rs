@@ -103,6 +103,38 @@ fn new_once_duplicate_after_and_new_again_after_a_rollback() {
     amcheck(&mut db);
 }
 
+/// Runs `second` in a session of its own while `first` (a transaction that wrote what `second`
+/// needs) stays open; once that session waits for a lock, and 200 ms more, `first` commits
+/// (`commit`) or rolls back. Returns what `second` gave and how long it took.
+fn waiting_for<T: Send + 'static>(
+    server: &Server,
+    first: postgres::Transaction<'_>,
+    commit: bool,
+    second: impl FnOnce(&mut Client) -> T + Send + 'static,
+) -> (T, Duration) {
+    let conninfo = server.conninfo("postgres");
+    let pid = Arc::new(Mutex::new(0));
+    let pid_seen = pid.clone();
+    let session = thread::spawn(move || {
+        let mut db = Client::connect(&conninfo, NoTls).unwrap();
+        *pid_seen.lock().unwrap() = backend_pid(&mut db);
+        let started = Instant::now();
+        let answer = second(&mut db);
+        (answer, started.elapsed())
+    });
+    wait_for("the second session", Duration::from_secs(10), || {
+        *pid.lock().unwrap() != 0
+    });
+    wait_until_waiting(server, *pid.lock().unwrap());
+    thread::sleep(Duration::from_millis(200));
+    if commit {
+        first.commit().unwrap();
+    } else {
+        first.rollback().unwrap();
+    }
+    session.join().unwrap()
+}
+
 #[test]
 fn a_duplicate_in_flight_waits_for_the_first_delivery() {
     let server = Server::start(&[]);
@@ -111,28 +143,9 @@ fn a_duplicate_in_flight_waits_for_the_first_delivery() {
         let mut first = server.client();
         let mut tx = first.transaction().unwrap();
         assert!(consume(&mut tx, "t", &key).unwrap());
-        let conninfo = server.conninfo("postgres");
         let k = key.clone();
-        let pid = Arc::new(Mutex::new(0));
-        let pid_seen = pid.clone();
-        let duplicate = thread::spawn(move || {
-            let mut db = Client::connect(&conninfo, NoTls).unwrap();
-            *pid_seen.lock().unwrap() = backend_pid(&mut db);
-            let started = Instant::now();
-            let answer = consume(&mut db, "t", &k);
-            (answer, started.elapsed())
-        });
-        wait_for("the duplicate's session", Duration::from_secs(10), || {
-            *pid.lock().unwrap() != 0
-        });
-        wait_until_waiting(&server, *pid.lock().unwrap());
-        thread::sleep(Duration::from_millis(200));
-        if first_commits {
-            tx.commit().unwrap();
-        } else {
-            tx.rollback().unwrap();
-        }
-        let (answer, waited) = duplicate.join().unwrap();
+        let (answer, waited) =
+            waiting_for(&server, tx, first_commits, move |db| consume(db, "t", &k));
         assert_eq!(
             answer.unwrap(),
             !first_commits,
@@ -171,30 +184,11 @@ fn a_batch_waits_for_a_duplicate_in_flight_in_another_batch() {
             .map(|r| r.get(0))
             .collect();
         assert_eq!(firsts, [x.clone(), y.clone()]);
-        let conninfo = server.conninfo("postgres");
         let keys = [z.clone(), y.clone(), x.clone()];
-        let pid = Arc::new(Mutex::new(0));
-        let pid_seen = pid.clone();
-        let second = thread::spawn(move || {
-            let mut db = Client::connect(&conninfo, NoTls).unwrap();
-            *pid_seen.lock().unwrap() = backend_pid(&mut db);
-            let started = Instant::now();
+        let (answer, waited) = waiting_for(&server, tx, first_commits, move |db| {
             let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-            (consume_many(&mut db, "t", &keys), started.elapsed())
+            consume_many(db, "t", &keys)
         });
-        wait_for(
-            "the second batch's session",
-            Duration::from_secs(10),
-            || *pid.lock().unwrap() != 0,
-        );
-        wait_until_waiting(&server, *pid.lock().unwrap());
-        thread::sleep(Duration::from_millis(200));
-        if first_commits {
-            tx.commit().unwrap();
-        } else {
-            tx.rollback().unwrap();
-        }
-        let (answer, waited) = second.join().unwrap();
         if first_commits {
             assert_eq!(
                 answer,

@@ -20,23 +20,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pg_idem_tests::managed::{self, ManagedServer};
-use pg_idem_tests::{simple_one, Client, Server};
-
-/// This tree's version: the made-up OLD release.
-fn old_version() -> String {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cargo = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
-    cargo
-        .lines()
-        .find_map(|l| l.strip_prefix("version = \""))
-        .and_then(|l| l.strip_suffix('"'))
-        .expect("a version in Cargo.toml")
-        .to_string()
-}
+use pg_idem_tests::{current_version, simple_one, Client, Server};
 
 /// The made-up NEW release: OLD with its patch version raised.
 fn new_version() -> String {
-    let old = old_version();
+    let old = current_version();
     let (head, patch) = old.rsplit_once('.').expect("a version a.b.c");
     format!(
         "{head}.{}",
@@ -125,7 +113,7 @@ fn releases() -> Releases {
         std::env::temp_dir().join(format!("pg_idem_sql_updates_{}_{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     let (old, new) = (base.join("old"), base.join("new"));
-    let (old_v, new_v) = (old_version(), new_version());
+    let (old_v, new_v) = (current_version(), new_version());
     copy_tree(&old);
     copy_tree(&new);
     // OLD has an internal function NEW drops
@@ -177,6 +165,19 @@ fn releases() -> Releases {
     };
     let _ = std::fs::remove_dir_all(&base);
     releases
+}
+
+/// A connection to `dbname` as the role that owns pg_idem there ([`managed::ADMIN`]).
+fn admin_client(server: &Server, dbname: &str) -> Client {
+    Client::connect(
+        &format!(
+            "host=127.0.0.1 port={} user={} dbname={dbname}",
+            server.port,
+            managed::ADMIN
+        ),
+        pg_idem_tests::NoTls,
+    )
+    .unwrap_or_else(|e| panic!("connect as {} to {dbname}: {e}", managed::ADMIN))
 }
 
 /// Everything an update must make equal to a fresh install, one line per object.
@@ -295,18 +296,7 @@ fn the_plain_update_makes_a_database_what_a_fresh_install_is() {
             ))
             .unwrap();
     }
-    let connect = |dbname: &str| {
-        Client::connect(
-            &format!(
-                "host=127.0.0.1 port={} user={} dbname={dbname}",
-                server.port,
-                managed::ADMIN
-            ),
-            pg_idem_tests::NoTls,
-        )
-        .unwrap()
-    };
-    let mut updated = connect("updated");
+    let mut updated = admin_client(&server, "updated");
     updated
         .batch_execute(&format!("BEGIN;\n{}\nCOMMIT;", releases.old_plain))
         .expect("plain install of OLD");
@@ -314,10 +304,10 @@ fn the_plain_update_makes_a_database_what_a_fresh_install_is() {
     updated
         .batch_execute(&format!("BEGIN;\n{}\nCOMMIT;", releases.update_plain))
         .expect("plain update to NEW");
-    let mut updated = connect("updated");
+    let mut updated = admin_client(&server, "updated");
     check_updated(&mut updated);
 
-    let mut fresh = connect("fresh");
+    let mut fresh = admin_client(&server, "fresh");
     fresh
         .batch_execute(&format!(
             "BEGIN;\n{}\nCOMMIT; REVOKE EXECUTE ON FUNCTION idem_new_key() FROM PUBLIC;",
@@ -339,18 +329,7 @@ fn the_plain_update_makes_a_database_what_a_fresh_install_is() {
 /// not wrap the file) must not take every function for a left-over: it stops before dropping
 /// any, with an error that says how to run it, and the functions all work.
 fn plain_update_out_of_a_transaction_drops_nothing(server: &Server, releases: &Releases) {
-    let connect = |dbname: &str| {
-        Client::connect(
-            &format!(
-                "host=127.0.0.1 port={} user={} dbname={dbname}",
-                server.port,
-                managed::ADMIN
-            ),
-            pg_idem_tests::NoTls,
-        )
-        .unwrap()
-    };
-    let mut db = connect("autocommit");
+    let mut db = admin_client(server, "autocommit");
     db.batch_execute(&format!("BEGIN;\n{}\nCOMMIT;", releases.old_plain))
         .expect("plain install of OLD");
     populate(&mut db);
@@ -384,7 +363,7 @@ fn plain_update_out_of_a_transaction_drops_nothing(server: &Server, releases: &R
         stderr.contains("the update must run in one transaction"),
         "{stderr}"
     );
-    let mut db = connect("autocommit");
+    let mut db = admin_client(server, "autocommit");
     assert_eq!(
         simple_one(&mut db, "SELECT outcome FROM idem_claim('t', 'done', 'h')")
             .unwrap()

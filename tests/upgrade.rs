@@ -3,7 +3,6 @@
 //! upgraded schema is the same as a fresh install of the new version.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::thread;
 use std::time::Duration;
 
@@ -12,19 +11,6 @@ use pg_idem_tests::*;
 /// Why every test here is the native edition's only.
 const NATIVE_ONLY: &str = "ALTER EXTENSION pg_idem UPDATE through sql/pg_idem--*--*.sql with \
     the new library loaded; the SQL edition's updates are tests/sql_edition_updates.rs's";
-
-/// The version this build installs by default: the extension crate's, in its Cargo.toml.
-fn current_version() -> String {
-    let manifest =
-        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
-            .expect("read Cargo.toml");
-    manifest
-        .lines()
-        .find_map(|l| l.strip_prefix("version = \""))
-        .and_then(|rest| rest.strip_suffix('"'))
-        .expect("a version line in Cargo.toml")
-        .to_string()
-}
 
 fn extversion(db: &mut Client) -> String {
     db.query_one(

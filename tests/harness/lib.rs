@@ -85,6 +85,20 @@ pub fn major() -> u32 {
     })
 }
 
+/// The version this source tree builds: the extension crate's, in its Cargo.toml (what a fresh
+/// `CREATE EXTENSION` installs, and the SQL edition's version).
+pub fn current_version() -> String {
+    let manifest =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
+            .expect("read Cargo.toml");
+    manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .expect("a version line in Cargo.toml")
+        .to_string()
+}
+
 /// The PostgreSQL binaries pg_idem is installed into.
 pub fn bindir() -> PathBuf {
     static BINDIR: OnceLock<PathBuf> = OnceLock::new();
