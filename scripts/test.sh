@@ -28,8 +28,10 @@
 #                  PG_IDEM_EDITION=sql-tle runs every server from the managed-style copy of
 #                  PostgreSQL NN (scripts/lib/managed_pg.sh: pg_tle built from ../shared/pg_tle
 #                  and preloaded, none of pg_idem's files) and installs the SQL edition through
-#                  pg_tle, registered and created by a role that is not a superuser (about 1.5
-#                  minutes); reported as one skipped test where ../shared/pg_tle is missing
+#                  pg_tle, registered and created by a role that is not a superuser, as which
+#                  the suites connect: after the service's setup no superuser is used but for
+#                  amcheck and what only a superuser may do (about 1.5 minutes); reported as
+#                  one skipped test where ../shared/pg_tle is missing
 #   golden         messages, declarations, usage        tests/pg_regress/run.sh (full only)
 #   isolation      deterministic interleavings          tests/isolation/run.sh (full only)
 #   examples       the Python and Node.js examples       examples/run.sh (full only), and again

@@ -208,7 +208,8 @@ fn a_batch_waits_for_a_duplicate_in_flight_in_another_batch() {
 
 #[test]
 fn the_wait_obeys_timeouts_and_deadlocks_are_detected() {
-    let server = Server::start(&[]);
+    // a server setting (superuser-only in a session): a deadlock is found in 100 ms, not 1 s
+    let server = Server::start(&["deadlock_timeout = '100ms'"]);
     let mut first = server.client();
     let mut tx = first.transaction().unwrap();
     assert!(consume(&mut tx, "t", "m").unwrap());
@@ -233,7 +234,6 @@ fn the_wait_obeys_timeouts_and_deadlocks_are_detected() {
             let barrier = barrier.clone();
             thread::spawn(move || {
                 let mut db = Client::connect(&conninfo, NoTls).unwrap();
-                db.batch_execute("SET deadlock_timeout = '100ms'").unwrap();
                 let mut tx = db.transaction().unwrap();
                 assert!(consume(&mut tx, "t", a).unwrap());
                 barrier.wait();

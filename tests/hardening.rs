@@ -87,10 +87,11 @@ fn hash_or(result: Result<postgres::Row, postgres::Error>, allowed: &[&str]) -> 
 
 #[test]
 fn deep_json_fails_cleanly_instead_of_crashing_the_server() {
-    let server = Server::start(&[]);
+    // the server's setting (superuser-only for a role or a session), not the 2MB default
+    let server = Server::start(&["max_stack_depth = '7MB'"]);
     server
         .client()
-        .batch_execute("CREATE ROLE app LOGIN; ALTER ROLE app SET max_stack_depth = '7MB'")
+        .batch_execute("CREATE ROLE app LOGIN")
         .unwrap();
     without_crash(&server, || {
         let mut app = server.client_as("app");
@@ -111,8 +112,8 @@ fn deep_json_fails_cleanly_instead_of_crashing_the_server() {
             app.query_one(&format!("SELECT idem_request_hash({objects})"), &[]),
             &["54001"],
         );
+        // the DBA's session, at the server's max_stack_depth of 7MB too
         let mut admin = server.client();
-        admin.batch_execute("SET max_stack_depth = '7MB'").unwrap();
         hash_or(
             admin.query_one(
                 "SELECT idem_request_hash((repeat('[', 200000) || repeat(']', 200000))::jsonb)",

@@ -85,7 +85,7 @@ impl Bouncer {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create pgbouncer dir");
         let _ = Command::new("chmod").arg("777").arg(&dir).status();
-        let userlist: String = ["postgres"]
+        let userlist: String = [dba_role()]
             .iter()
             .chain(users)
             .map(|u| format!("\"{u}\" \"\"\n"))
@@ -195,7 +195,7 @@ struct Rig {
 
 impl Rig {
     /// A server with pg_idem preloaded, `public.effects` (the business table: one row per
-    /// effect), on `path`, with `setup` run as superuser before the bouncer opens any server
+    /// effect), on `path`, with `setup` run as the DBA ([`dba_role`]) before the bouncer opens any server
     /// connection (database settings reach every backend it opens).
     fn start(path: Path, setup: &str, users: &[&str]) -> Rig {
         let server = Server::start(&[]);
@@ -232,7 +232,7 @@ impl Rig {
     }
 
     fn pooled(&self) -> Client {
-        self.bouncer.connect("postgres", "postgres")
+        self.bouncer.connect("postgres", dba_role())
     }
 
     /// Checks that the case's claims took the path it is about.
@@ -711,7 +711,7 @@ fn vanished_client(path: Path) {
     // uncommitted business row: the kernel closes its socket, it sends nothing more
     let mut psql = Command::new(bindir().join("psql"))
         .args(["-X", "-q", "-v", "ON_ERROR_STOP=1"])
-        .arg(rig.bouncer.conninfo("single", "postgres"))
+        .arg(rig.bouncer.conninfo("single", dba_role()))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -751,7 +751,7 @@ fn vanished_client(path: Path) {
     // a client of the same one-connection pool waits for a server connection; it must get a
     // fresh one, not the dead client's open transaction
     let waiter = {
-        let conninfo = rig.bouncer.conninfo("single", "postgres");
+        let conninfo = rig.bouncer.conninfo("single", dba_role());
         std::thread::spawn(move || {
             let mut db = Client::connect(&conninfo, NoTls).expect("connect");
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -906,6 +906,9 @@ fn lease_mode(path: Path) {
 
 const LOOKALIKES: &str = "
     CREATE ROLE app LOGIN;
+    -- a DBA that is not a superuser may SET ROLE and give a schema only to a role it is a
+    -- member of
+    GRANT app TO CURRENT_USER;
     CREATE SCHEMA evil AUTHORIZATION app;
     SET ROLE app;
     CREATE TABLE evil.log (what text);
@@ -932,6 +935,7 @@ const LOOKALIKES: &str = "
     CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE plpgsql
       AS $$ BEGIN PERFORM evil.trap('now'); RETURN 'epoch'; END $$;
     RESET ROLE;
+    REVOKE app FROM CURRENT_USER;
 ";
 
 fn search_path_lookalikes(path: Path) {
@@ -939,7 +943,8 @@ fn search_path_lookalikes(path: Path) {
     let t = "sp";
     let mut hostile = rig.bouncer.connect("single", "app");
     let mut next = rig.bouncer.connect("single", "app");
-    let mut direct = rig.server.client();
+    // the log's owner reads it, past the pooler
+    let mut direct = rig.server.client_as("app");
     let log = |direct: &mut Client| -> Vec<String> {
         direct
             .query_typed("SELECT what FROM evil.log", &[])
@@ -1057,12 +1062,12 @@ fn tenant_grants(path: Path) {
     let rig = Rig::start(path, &tenant_roles(), &["authn"]);
     let mut a = rig.bouncer.connect("single", "authn");
     let mut b = rig.bouncer.connect("single", "authn");
-    let mut superuser = rig.server.client();
+    let mut admin = rig.server.client();
     let setting = match edition() {
         Edition::Native => simple_one(&mut a, "SHOW pg_idem.tenant_grants"),
         // the owner's table, which no client of the pooler may read
         Edition::Sql => simple_one(
-            &mut superuser,
+            &mut admin,
             "SELECT value FROM idem.settings WHERE name = 'pg_idem.tenant_grants'",
         ),
     };
@@ -1164,7 +1169,7 @@ fn tenant_grants(path: Path) {
     let before = both(&mut p1, &mut p2, "warm");
     assert_ne!(before[0].0, before[1].0, "two backends");
     assert!(before.iter().all(|(_, a)| a == "claimed"), "{before:?}");
-    let revoked: bool = superuser
+    let revoked: bool = admin
         .query_one("SELECT idem_revoke_tenant('app_a', 'ta')", &[])
         .unwrap()
         .get(0);
@@ -1235,7 +1240,7 @@ fn session_mode(path: Path) {
     let t = "session";
     // the first client: a session setting, named statements outside transactions (they work in
     // session mode), a committed claim in lease mode
-    let mut first = rig.bouncer.connect("session", "postgres");
+    let mut first = rig.bouncer.connect("session", dba_role());
     first
         .batch_execute("SET pg_idem.lease_timeout = '7 min'")
         .unwrap();
@@ -1261,7 +1266,7 @@ fn session_mode(path: Path) {
     drop(first);
     // the next client gets the same backend, after DISCARD ALL: the setting is gone, pg_idem's
     // own plans (SPI path) are planned again and answer as before
-    let mut next = rig.bouncer.connect("session", "postgres");
+    let mut next = rig.bouncer.connect("session", dba_role());
     wait_for("the same backend", Duration::from_secs(10), || {
         pid(&mut next) == first_pid
     });

@@ -9,7 +9,9 @@ fn app_role(server: &Server) {
         .client()
         .batch_execute(
             "CREATE ROLE app LOGIN; \
+             GRANT app TO CURRENT_USER; \
              CREATE SCHEMA app AUTHORIZATION app; \
+             REVOKE app FROM CURRENT_USER; \
              ALTER ROLE app SET search_path = app, pg_catalog, public",
         )
         .expect("create role");

@@ -594,7 +594,8 @@ fn bad_input_gets_the_documented_sqlstate_and_stores_nothing() {
 /// the SQL edition through pg_tle is not the plain install or the library in disguise: natively
 /// the library preloaded and an extension of C functions; plainly no extension and no C
 /// function; through pg_tle a managed-style server (pg_tle preloaded, no pg_idem control file)
-/// where pg_idem is a registered TLE, created by a role that is not a superuser.
+/// where pg_idem is a registered TLE, created by a role that is not a superuser, which is also
+/// the role of the tests' own connections.
 #[test]
 fn pg_idem_is_installed_the_way_the_run_says() {
     let server = Server::start(&[]);
@@ -641,14 +642,14 @@ fn pg_idem_is_installed_the_way_the_run_says() {
         }
         (Edition::Sql, SqlInstall::Tle) => {
             assert_eq!(owner, TLE_ADMIN);
+            // the tests' own connections are the owner's, which is not a superuser
             assert_eq!(
                 one(
                     &mut db,
-                    &format!(
-                        "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = '{TLE_ADMIN}'"
-                    )
+                    "SELECT current_user || ' ' || rolsuper FROM pg_catalog.pg_roles \
+                      WHERE rolname = current_user"
                 ),
-                "f"
+                format!("{TLE_ADMIN} false")
             );
             assert_eq!(c_functions, "0");
             assert_eq!(preloaded, "pg_tle");

@@ -173,9 +173,26 @@ fn only_superusers_change_the_setting_or_the_grants() {
     }
     // superusers act on every tenant; with the setting off, everyone does
     assert_eq!(
-        claim(&mut server.client(), "ord", "s1", "h").outcome,
+        claim(
+            &mut server.superuser_client_db("postgres"),
+            "ord",
+            "s1",
+            "h"
+        )
+        .outcome,
         "claimed"
     );
+    if dba_role() != "postgres" {
+        // pg_idem's owner on a managed service is no superuser: no tenant without a grant
+        assert!(
+            denied(
+                &mut server.client(),
+                "SELECT * FROM idem_claim('ord', 's3', 'h')"
+            )
+            .is_some(),
+            "pg_idem's owner acted on a tenant it has no grant on"
+        );
+    }
     server.reset_owner_setting("pg_idem.tenant_grants");
     let mut fresh = server.client_as("payments");
     assert_eq!(claim(&mut fresh, "ord", "s2", "h").outcome, "claimed");

@@ -15,7 +15,8 @@
 #     /usr/share/postgresql/15 and the headers in /usr/include/postgresql, laid out under usr/
 #     as on the system), the relocatable tree of scripts/lib/versions.sh for the others;
 #     every pg_idem file taken out (pg_idem.control, pg_idem--*.sql, pg_idem.so);
-#     pg_tle built and installed into it with ../shared/pg_tle/install.sh.
+#     pg_tle built and installed into it with ../shared/pg_tle/install.sh; pg_tle
+#     marked trusted, as RDS lets its customers' administrator create it (see below).
 #
 # PostgreSQL's binaries find share/ and lib/ relative to their own location when the configured
 # directories share a prefix with the configured bindir (Debian's: /usr/lib/postgresql/15/bin,
@@ -48,7 +49,7 @@ if [ ! -f "$tle/install.sh" ] || [ ! -f "$tle/pg_tle-1.5.3-src.tar.gz" ]; then
 fi
 
 # bump when the layout of the copy changes
-layout=1
+layout=3
 dest="$PG_IDEM_PG_CACHE/managed-$major"
 if [ "$major" = 15 ]; then
     src_bindir=/usr/lib/postgresql/15/bin
@@ -129,6 +130,17 @@ case "$pkglibdir/" in "$building"/*) ;; *) echo "managed_pg: the copy's pg_confi
 find "$building" -depth -name 'pg_idem*' -not -path '*/include/*' -exec rm -rf {} +
 
 PG_CONFIG="$new_bindir/pg_config" "$tle/install.sh" >&2
+
+# RDS and Aurora let their customers' administrator (rds_superuser, no superuser) run CREATE
+# EXTENSION pg_tle (rds.allowed_extensions), the script running with the service's rights. The
+# closest plain PostgreSQL has is a trusted extension: a role with CREATE on the database creates
+# it, and its script runs as the bootstrap superuser. So the tests' DBA, who is no superuser,
+# creates pg_tle in each database it makes. (amcheck stays untrusted: a trusted amcheck's
+# functions would belong to the bootstrap superuser, which revokes them from everyone else; the
+# tests' storage checks run as the service's superuser.)
+control="$sharedir/extension/pg_tle.control"
+[ -f "$control" ] || { echo "managed_pg: $control is missing" >&2; exit 1; }
+grep -q '^trusted' "$control" || echo "trusted = true" >>"$control"
 
 chmod -R a+rX "$building"
 problem="$(verify "$building" "$new_bindir")" || { echo "managed_pg: the new copy is wrong: $problem" >&2; exit 1; }

@@ -290,7 +290,12 @@ impl Server {
             lines.extend(conf.iter().map(|s| s.to_string()));
             server.write_conf(&lines);
             match server.pg_ctl(&["-w", "-t", "60", "start"]) {
-                Ok(()) => return server,
+                Ok(()) => {
+                    if edition() == Edition::Sql && sql_install() == SqlInstall::Tle {
+                        server.set_up_managed_service();
+                    }
+                    return server;
+                }
                 Err(e) => last_error = e,
             }
         }
@@ -339,15 +344,29 @@ impl Server {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
-    /// A statement that hangs fails its test after a minute instead of hanging the suite.
+    /// How the tests' own connections (the DBA's, see [`dba_role`]) reach database `dbname`. A
+    /// statement that hangs fails its test after a minute instead of hanging the suite.
     pub fn conninfo(&self, dbname: &str) -> String {
+        self.conninfo_as(dba_role(), dbname)
+    }
+
+    fn conninfo_as(&self, role: &str, dbname: &str) -> String {
         format!(
-            "host=127.0.0.1 port={} user=postgres dbname={dbname} connect_timeout=10 options='-c statement_timeout=60s'",
+            "host=127.0.0.1 port={} user={role} dbname={dbname} connect_timeout=10 options='-c statement_timeout=60s'",
             self.port
         )
     }
 
-    /// A new connection to database `postgres`.
+    /// A new connection as the bootstrap superuser `postgres` to database `dbname`: the
+    /// service's side of a `sql-tle` run (RDS's `rdsadmin`, which customers never get), for
+    /// setting a server up and for what only a superuser may look at; elsewhere the same role
+    /// as [`Server::client`]'s.
+    pub fn superuser_client_db(&self, dbname: &str) -> Client {
+        Client::connect(&self.conninfo_as("postgres", dbname), NoTls)
+            .unwrap_or_else(|e| panic!("connect to {dbname} as the superuser: {e}"))
+    }
+
+    /// A new connection to database `postgres` as the DBA ([`dba_role`]).
     pub fn client(&self) -> Client {
         self.client_db("postgres")
     }
@@ -602,14 +621,17 @@ pub enum SqlInstall {
     /// in it, none of pg_idem's files) with pg_tle preloaded; in each database the service's
     /// side (the superuser `postgres`) creates pg_tle and the role [`TLE_ADMIN`], and that
     /// role, which is not a superuser, registers the package (`pgtle.install_extension`) and
-    /// runs `CREATE EXTENSION pg_idem`: it owns pg_idem. The tests' own connections stay the
-    /// superuser's, standing for the customer's DBA (rds_superuser on RDS).
+    /// runs `CREATE EXTENSION pg_idem`: it owns pg_idem. The tests' own connections are that
+    /// role's too ([`dba_role`]): after the service's setup ([`Server::set_up_managed_service`])
+    /// no superuser is used, except for what only the service has (amcheck's checks, the
+    /// service's own maintenance, a rule about superusers) through
+    /// [`Server::superuser_client_db`] or [`superuser_twin`].
     Tle,
 }
 
-/// The customer's administrator of a `sql-tle` run ([`SqlInstall::Tle`]): NOSUPERUSER
-/// CREATEROLE, a member of `pgtle_admin`, with CREATE on each database pg_idem goes into and on
-/// its schema `public`; it owns pg_idem.
+/// The customer's administrator of a `sql-tle` run ([`SqlInstall::Tle`]): LOGIN NOSUPERUSER
+/// CREATEROLE CREATEDB, a member of `pgtle_admin`, with CREATE on each database pg_idem goes
+/// into and on its schema `public`; it owns pg_idem, and the tests connect as it.
 pub const TLE_ADMIN: &str = "idem_tle_admin";
 
 fn edition_setting() -> (Edition, SqlInstall) {
@@ -622,6 +644,16 @@ fn edition_setting() -> (Edition, SqlInstall) {
             other => panic!("PG_IDEM_EDITION={other}: native (the default), sql or sql-tle"),
         },
     )
+}
+
+/// The role of the tests' own connections ([`Server::client`]), standing for the customer's
+/// DBA: the superuser `postgres`, except in a `sql-tle` run, where it is [`TLE_ADMIN`], who is
+/// not one (RDS's master user).
+pub fn dba_role() -> &'static str {
+    match (edition(), sql_install()) {
+        (Edition::Sql, SqlInstall::Tle) => TLE_ADMIN,
+        _ => "postgres",
+    }
 }
 
 /// The role that owns pg_idem in database `postgres` of a [`Server`]: the superuser `postgres`,
@@ -746,19 +778,23 @@ fn try_install_edition(edition: Edition, db: &mut Client) -> Result<(), postgres
             installed
         }
         (Edition::Sql, SqlInstall::Tle) => {
-            // the service's side, as a superuser: pg_tle and the customer's administrator
-            db.batch_execute(&format!(
-                "CREATE EXTENSION IF NOT EXISTS pg_tle;
-                 DO $$ BEGIN
-                     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '{TLE_ADMIN}') THEN
-                         CREATE ROLE {TLE_ADMIN} NOLOGIN NOSUPERUSER CREATEROLE;
-                     END IF;
-                     EXECUTE pg_catalog.format('GRANT CREATE ON DATABASE %I TO {TLE_ADMIN}',
-                                               pg_catalog.current_database());
-                 END $$;
-                 GRANT pgtle_admin TO {TLE_ADMIN};
-                 GRANT CREATE ON SCHEMA public TO {TLE_ADMIN};"
-            ))?;
+            let superuser = simple_one(
+                db,
+                "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user",
+            )?;
+            if superuser.as_deref() == Some("t") {
+                // a test's own superuser connection: the administrator may create here
+                db.batch_execute(&format!(
+                    "DO $$ BEGIN
+                         EXECUTE pg_catalog.format('GRANT CREATE ON DATABASE %I TO {TLE_ADMIN}',
+                                                   pg_catalog.current_database());
+                     END $$;
+                     GRANT CREATE ON SCHEMA public TO {TLE_ADMIN};"
+                ))?;
+            }
+            // trusted on a managed-style tree, as RDS lets its customers' administrator
+            // create it
+            db.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_tle")?;
             // the customer's administrator registers the package (once per database: pg_tle
             // keeps it there) and creates the extension
             let registered = simple_one(
@@ -778,6 +814,27 @@ fn try_install_edition(edition: Edition, db: &mut Client) -> Result<(), postgres
             }
             installed
         }
+    }
+}
+
+impl Server {
+    /// The service's side of a `sql-tle` run, as the superuser, once per server before any
+    /// test connects: the customer's administrator [`TLE_ADMIN`], a login like RDS's master
+    /// user (NOSUPERUSER with CREATEROLE and CREATEDB; REPLICATION, which RDS's rds_replication
+    /// gives; a member of `pgtle_admin`, and of `pg_monitor` and `pg_signal_backend` with the
+    /// right to grant them, as `rds_superuser` is), owning database `postgres` (the customer's
+    /// database), where pg_tle is created. pg_tle is trusted on a managed-style tree
+    /// (scripts/lib/managed_pg.sh), so the administrator creates it in its other databases.
+    fn set_up_managed_service(&self) {
+        self.superuser_client_db("postgres")
+            .batch_execute(&format!(
+                "CREATE ROLE {TLE_ADMIN} LOGIN NOSUPERUSER CREATEROLE CREATEDB REPLICATION;
+                 ALTER DATABASE postgres OWNER TO {TLE_ADMIN};
+                 CREATE EXTENSION pg_tle;
+                 GRANT pgtle_admin TO {TLE_ADMIN};
+                 GRANT pg_monitor, pg_signal_backend TO {TLE_ADMIN} WITH ADMIN OPTION;"
+            ))
+            .expect("the managed service's setup");
     }
 }
 
@@ -1084,11 +1141,42 @@ pub fn simple_one(db: &mut Client, sql: &str) -> Result<Option<String>, postgres
 // Storage checks
 // ---------------------------------------------------------------------------------------------
 
+/// When `db`'s role is not a superuser ([`dba_role`] in a `sql-tle` run): a connection as the
+/// superuser to the same server and database, for what only the service may look at; None
+/// when `db` may do it itself.
+pub fn superuser_twin(db: &mut Client) -> Option<Client> {
+    let row = db
+        .query_one(
+            "SELECT r.rolsuper, pg_catalog.current_setting('port'), pg_catalog.current_database()::text \
+               FROM pg_catalog.pg_roles AS r WHERE r.rolname = current_user",
+            &[],
+        )
+        .expect("who the connection is");
+    if row.get::<_, bool>(0) {
+        return None;
+    }
+    let (port, dbname): (String, String) = (row.get(1), row.get(2));
+    Some(
+        Client::connect(
+            &format!(
+                "host=127.0.0.1 port={port} user=postgres dbname={dbname} connect_timeout=10 \
+                 options='-c statement_timeout=60s'"
+            ),
+            NoTls,
+        )
+        .unwrap_or_else(|e| panic!("connect to {dbname} as the superuser: {e}")),
+    )
+}
+
 /// Checks pg_idem's tables the way PostgreSQL checks its own storage (amcheck): every heap page
 /// and TOAST value of idem.keys, idem.watermarks and idem.tenant_grants (`verify_heapam`), and
 /// every index on them, which must be valid, with `bt_index_parent_check(heapallindexed)`: each
 /// index entry in its place, and an entry for every heap tuple. Panics with what amcheck found.
+/// In a `sql-tle` run the checks run as the superuser (the service's side: amcheck is theirs
+/// to run, not the customer's), in the database `db` is connected to.
 pub fn amcheck(db: &mut Client) {
+    let mut checker = superuser_twin(db);
+    let db = checker.as_mut().unwrap_or(db);
     db.batch_execute("CREATE EXTENSION IF NOT EXISTS amcheck")
         .expect("CREATE EXTENSION amcheck");
     for table in ["idem.keys", "idem.watermarks", "idem.tenant_grants"] {
@@ -1098,7 +1186,7 @@ pub fn amcheck(db: &mut Client) {
                    FROM verify_heapam($1::text::regclass, check_toast => true) AS v",
                 &[&table],
             )
-            .unwrap_or_else(|e| panic!("verify_heapam({table}): {e}"))
+            .unwrap_or_else(|e| panic!("verify_heapam({table}): {e:?}"))
             .iter()
             .map(|r| r.get(0))
             .collect();
@@ -1126,7 +1214,7 @@ pub fn amcheck(db: &mut Client) {
                 "SELECT bt_index_parent_check($1::text::regclass, heapallindexed => true)",
                 &[&index],
             )
-            .unwrap_or_else(|e| panic!("bt_index_parent_check({index}): {e}"));
+            .unwrap_or_else(|e| panic!("bt_index_parent_check({index}): {e:?}"));
         }
     }
 }
