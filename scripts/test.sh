@@ -17,7 +17,8 @@
 #                  its own PgBouncer in transaction mode, Debian's pgbouncer from setup.sh))
 #   sql-edition    the client suites again, against the SQL edition (full only):
 #                  PG_IDEM_EDITION=sql makes the harness install scripts/sql_edition.py's plain
-#                  file instead of preloading pg_idem and CREATE EXTENSION, on the managed-style
+#                  file instead of preloading pg_idem and CREATE EXTENSION, as a DBA that is no
+#                  superuser (the suites connect as it, as in sql-edition-tle), on the managed-style
 #                  copy of PostgreSQL NN (none of pg_idem's files; on NN itself where
 #                  ../shared/pg_tle is missing); the core suites,
 #                  consumers, extras, pooler (PgBouncer in transaction mode), dump_restore and

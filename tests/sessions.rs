@@ -594,8 +594,8 @@ fn bad_input_gets_the_documented_sqlstate_and_stores_nothing() {
 /// the SQL edition through pg_tle is not the plain install or the library in disguise: natively
 /// the library preloaded and an extension of C functions; plainly no extension and no C
 /// function; through pg_tle a managed-style server (pg_tle preloaded, no pg_idem control file)
-/// where pg_idem is a registered TLE, created by a role that is not a superuser, which is also
-/// the role of the tests' own connections.
+/// where pg_idem is a registered TLE, created by a role that is not a superuser; in both SQL
+/// edition runs the tests' own connections are a DBA's that is not a superuser.
 #[test]
 fn pg_idem_is_installed_the_way_the_run_says() {
     let server = Server::start(&[]);
@@ -615,6 +615,14 @@ fn pg_idem_is_installed_the_way_the_run_says() {
         &mut db,
         "SELECT count(*) FROM pg_catalog.pg_available_extensions WHERE name = 'pg_idem'",
     );
+    let who = one(
+        &mut db,
+        "SELECT current_user || ' ' || rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user",
+    );
+    if edition() == Edition::Sql {
+        // the tests' own connections are the customer's DBA's, which is not a superuser
+        assert_eq!(who, format!("{CUSTOMER_ADMIN} false"));
+    }
     match (edition(), sql_install()) {
         (Edition::Native, _) => {
             assert_eq!(owner, "postgres");
@@ -624,6 +632,14 @@ fn pg_idem_is_installed_the_way_the_run_says() {
         }
         (Edition::Sql, SqlInstall::Plain) => {
             assert_eq!(owner, "", "the plain install is no extension");
+            assert_eq!(
+                one(
+                    &mut db,
+                    "SELECT nspowner::regrole::text FROM pg_catalog.pg_namespace WHERE nspname = 'idem'"
+                ),
+                CUSTOMER_ADMIN,
+                "the DBA who ran the plain install owns it"
+            );
             assert_eq!(c_functions, "0");
             if std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("../../shared/pg_tle/install.sh")
@@ -641,16 +657,7 @@ fn pg_idem_is_installed_the_way_the_run_says() {
             );
         }
         (Edition::Sql, SqlInstall::Tle) => {
-            assert_eq!(owner, TLE_ADMIN);
-            // the tests' own connections are the owner's, which is not a superuser
-            assert_eq!(
-                one(
-                    &mut db,
-                    "SELECT current_user || ' ' || rolsuper FROM pg_catalog.pg_roles \
-                      WHERE rolname = current_user"
-                ),
-                format!("{TLE_ADMIN} false")
-            );
+            assert_eq!(owner, CUSTOMER_ADMIN);
             assert_eq!(c_functions, "0");
             assert_eq!(preloaded, "pg_tle");
             assert_eq!(

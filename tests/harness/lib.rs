@@ -291,7 +291,7 @@ impl Server {
             server.write_conf(&lines);
             match server.pg_ctl(&["-w", "-t", "60", "start"]) {
                 Ok(()) => {
-                    if edition() == Edition::Sql && sql_install() == SqlInstall::Tle {
+                    if edition() == Edition::Sql {
                         server.set_up_managed_service();
                     }
                     return server;
@@ -610,29 +610,28 @@ pub enum Edition {
 /// How the SQL edition is installed in a run of the client suites against it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SqlInstall {
-    /// `PG_IDEM_EDITION=sql`: the plain install file, run by the superuser `postgres` in one
-    /// transaction (`psql -1 -f`, or a migration tool), on the managed-style copy of the
-    /// PostgreSQL under test (scripts/lib/managed_pg.sh: none of pg_idem's files; pg_tle is
+    /// `PG_IDEM_EDITION=sql`: the plain install file, run in one transaction (`psql -1 -f`, or
+    /// a migration tool) by the customer's DBA [`CUSTOMER_ADMIN`], on the managed-style copy of
+    /// the PostgreSQL under test (scripts/lib/managed_pg.sh: none of pg_idem's files; pg_tle is
     /// there but not loaded), or where ../shared/pg_tle is missing on the PostgreSQL under
     /// test itself
     Plain,
     /// `PG_IDEM_EDITION=sql-tle`: as on Amazon RDS, Aurora or Supabase. The servers run from
     /// the managed-style copy of the PostgreSQL under test (scripts/lib/managed_pg.sh: pg_tle
-    /// in it, none of pg_idem's files) with pg_tle preloaded; in each database the service's
-    /// side (the superuser `postgres`) creates pg_tle and the role [`TLE_ADMIN`], and that
-    /// role, which is not a superuser, registers the package (`pgtle.install_extension`) and
-    /// runs `CREATE EXTENSION pg_idem`: it owns pg_idem. The tests' own connections are that
-    /// role's too ([`dba_role`]): after the service's setup ([`Server::set_up_managed_service`])
-    /// no superuser is used, except for what only the service has (amcheck's checks, the
-    /// service's own maintenance, a rule about superusers) through
-    /// [`Server::superuser_client_db`] or [`superuser_twin`].
+    /// in it, none of pg_idem's files) with pg_tle preloaded; the customer's DBA
+    /// [`CUSTOMER_ADMIN`] creates pg_tle, registers the package (`pgtle.install_extension`)
+    /// and runs `CREATE EXTENSION pg_idem`
     Tle,
 }
 
-/// The customer's administrator of a `sql-tle` run ([`SqlInstall::Tle`]): LOGIN NOSUPERUSER
-/// CREATEROLE CREATEDB, a member of `pgtle_admin`, with CREATE on each database pg_idem goes
-/// into and on its schema `public`; it owns pg_idem, and the tests connect as it.
-pub const TLE_ADMIN: &str = "idem_tle_admin";
+/// The customer's DBA in a run against the SQL edition, either way installed: LOGIN
+/// NOSUPERUSER CREATEROLE CREATEDB REPLICATION, a member of `pgtle_admin` (in a `sql-tle` run),
+/// owner of database `postgres`; it installs and so owns pg_idem, and the tests connect as it
+/// ([`dba_role`]). After the service's setup ([`Server::set_up_managed_service`]) no
+/// superuser is used, except for what only the service has (amcheck's checks, the service's
+/// own maintenance, a rule about superusers) through [`Server::superuser_client_db`] or
+/// [`superuser_twin`].
+pub const CUSTOMER_ADMIN: &str = "customer_admin";
 
 fn edition_setting() -> (Edition, SqlInstall) {
     static SETTING: OnceLock<(Edition, SqlInstall)> = OnceLock::new();
@@ -647,25 +646,22 @@ fn edition_setting() -> (Edition, SqlInstall) {
 }
 
 /// The role of the tests' own connections ([`Server::client`]), standing for the customer's
-/// DBA: the superuser `postgres`, except in a `sql-tle` run, where it is [`TLE_ADMIN`], who is
-/// not one (RDS's master user).
+/// DBA: the superuser `postgres` natively, [`CUSTOMER_ADMIN`], who is not one (RDS's master
+/// user), in a run against the SQL edition.
 pub fn dba_role() -> &'static str {
-    match (edition(), sql_install()) {
-        (Edition::Sql, SqlInstall::Tle) => TLE_ADMIN,
-        _ => "postgres",
+    match edition() {
+        Edition::Sql => CUSTOMER_ADMIN,
+        Edition::Native => "postgres",
     }
 }
 
-/// The role that owns pg_idem in database `postgres` of a [`Server`]: the superuser `postgres`,
-/// who runs `CREATE EXTENSION` or the plain install, or [`TLE_ADMIN`] in a `sql-tle` run. The
-/// code of a DBA's trigger or rule on `idem.*` runs as this role (pg_idem's functions write its
-/// tables as their owner), so a fixture that has such code write a table of its own grants that
-/// table to it, as a DBA on a managed service must.
+/// The role that owns pg_idem in database `postgres` of a [`Server`]: the DBA ([`dba_role`]),
+/// who runs `CREATE EXTENSION` or the plain install. The code of a DBA's trigger or rule on
+/// `idem.*` runs as this role (pg_idem's functions write its tables as their owner), so a
+/// fixture that has such code write a table of its own grants that table to it, as a DBA on a
+/// managed service must.
 pub fn pg_idem_owner() -> &'static str {
-    match (edition(), sql_install()) {
-        (Edition::Sql, SqlInstall::Tle) => TLE_ADMIN,
-        _ => "postgres",
-    }
+    dba_role()
 }
 
 /// The edition under test: `PG_IDEM_EDITION` = `native` (the default, also when unset or
@@ -786,10 +782,10 @@ fn try_install_edition(edition: Edition, db: &mut Client) -> Result<(), postgres
                 // a test's own superuser connection: the administrator may create here
                 db.batch_execute(&format!(
                     "DO $$ BEGIN
-                         EXECUTE pg_catalog.format('GRANT CREATE ON DATABASE %I TO {TLE_ADMIN}',
+                         EXECUTE pg_catalog.format('GRANT CREATE ON DATABASE %I TO {CUSTOMER_ADMIN}',
                                                    pg_catalog.current_database());
                      END $$;
-                     GRANT CREATE ON SCHEMA public TO {TLE_ADMIN};"
+                     GRANT CREATE ON SCHEMA public TO {CUSTOMER_ADMIN};"
                 ))?;
             }
             // trusted on a managed-style tree, as RDS lets its customers' administrator
@@ -807,7 +803,7 @@ fn try_install_edition(edition: Edition, db: &mut Client) -> Result<(), postgres
                 ""
             };
             let installed = db.batch_execute(&format!(
-                "BEGIN; SET LOCAL ROLE {TLE_ADMIN};\n{register}\nCREATE EXTENSION pg_idem; COMMIT;"
+                "BEGIN; SET LOCAL ROLE {CUSTOMER_ADMIN};\n{register}\nCREATE EXTENSION pg_idem; COMMIT;"
             ));
             if installed.is_err() {
                 let _ = db.batch_execute("ROLLBACK");
@@ -818,21 +814,26 @@ fn try_install_edition(edition: Edition, db: &mut Client) -> Result<(), postgres
 }
 
 impl Server {
-    /// The service's side of a `sql-tle` run, as the superuser, once per server before any
-    /// test connects: the customer's administrator [`TLE_ADMIN`], a login like RDS's master
-    /// user (NOSUPERUSER with CREATEROLE and CREATEDB; REPLICATION, which RDS's rds_replication
-    /// gives; a member of `pgtle_admin`, and of `pg_monitor` and `pg_signal_backend` with the
-    /// right to grant them, as `rds_superuser` is), owning database `postgres` (the customer's
-    /// database), where pg_tle is created. pg_tle is trusted on a managed-style tree
-    /// (scripts/lib/managed_pg.sh), so the administrator creates it in its other databases.
+    /// The service's side of a run against the SQL edition, as the superuser, once per server
+    /// before any test connects: the customer's DBA [`CUSTOMER_ADMIN`], a login like RDS's
+    /// master user (NOSUPERUSER with CREATEROLE and CREATEDB; REPLICATION, which RDS's
+    /// rds_replication gives; `pg_monitor` and `pg_signal_backend` with the right to grant
+    /// them, as `rds_superuser` has), owning database `postgres` (the customer's database);
+    /// in a `sql-tle` run also pg_tle there and `pgtle_admin` for the DBA. pg_tle is trusted
+    /// on a managed-style tree (scripts/lib/managed_pg.sh), so the DBA creates it in its other
+    /// databases.
     fn set_up_managed_service(&self) {
+        let tle = if sql_install() == SqlInstall::Tle {
+            format!("CREATE EXTENSION pg_tle; GRANT pgtle_admin TO {CUSTOMER_ADMIN};")
+        } else {
+            String::new()
+        };
         self.superuser_client_db("postgres")
             .batch_execute(&format!(
-                "CREATE ROLE {TLE_ADMIN} LOGIN NOSUPERUSER CREATEROLE CREATEDB REPLICATION;
-                 ALTER DATABASE postgres OWNER TO {TLE_ADMIN};
-                 CREATE EXTENSION pg_tle;
-                 GRANT pgtle_admin TO {TLE_ADMIN};
-                 GRANT pg_monitor, pg_signal_backend TO {TLE_ADMIN} WITH ADMIN OPTION;"
+                "CREATE ROLE {CUSTOMER_ADMIN} LOGIN NOSUPERUSER CREATEROLE CREATEDB REPLICATION;
+                 ALTER DATABASE postgres OWNER TO {CUSTOMER_ADMIN};
+                 GRANT pg_monitor, pg_signal_backend TO {CUSTOMER_ADMIN} WITH ADMIN OPTION;
+                 {tle}"
             ))
             .expect("the managed service's setup");
     }
