@@ -351,10 +351,7 @@ impl Server {
     }
 
     fn conninfo_as(&self, role: &str, dbname: &str) -> String {
-        format!(
-            "host=127.0.0.1 port={} user={role} dbname={dbname} connect_timeout=10 options='-c statement_timeout=60s'",
-            self.port
-        )
+        conninfo_for(self.port, role, dbname)
     }
 
     /// A new connection as the bootstrap superuser `postgres` to database `dbname`: the
@@ -378,11 +375,8 @@ impl Server {
 
     /// A new connection as `role`.
     pub fn client_as(&self, role: &str) -> Client {
-        let conninfo = format!(
-            "host=127.0.0.1 port={} user={role} dbname=postgres connect_timeout=10 options='-c statement_timeout=60s'",
-            self.port
-        );
-        Client::connect(&conninfo, NoTls).unwrap_or_else(|e| panic!("connect as {role}: {e}"))
+        Client::connect(&self.conninfo_as(role, "postgres"), NoTls)
+            .unwrap_or_else(|e| panic!("connect as {role}: {e}"))
     }
 
     /// SIGHUP: the server and its workers reload the configuration.
@@ -1157,15 +1151,18 @@ pub fn superuser_twin(db: &mut Client) -> Option<Client> {
         return None;
     }
     let (port, dbname): (String, String) = (row.get(1), row.get(2));
+    let port: u16 = port.parse().expect("the server's port");
     Some(
-        Client::connect(
-            &format!(
-                "host=127.0.0.1 port={port} user=postgres dbname={dbname} connect_timeout=10 \
-                 options='-c statement_timeout=60s'"
-            ),
-            NoTls,
-        )
-        .unwrap_or_else(|e| panic!("connect to {dbname} as the superuser: {e}")),
+        Client::connect(&conninfo_for(port, "postgres", &dbname), NoTls)
+            .unwrap_or_else(|e| panic!("connect to {dbname} as the superuser: {e}")),
+    )
+}
+
+/// How a test connects to a server on 127.0.0.1 as `role`: a statement that hangs fails its
+/// test after a minute instead of hanging the suite.
+fn conninfo_for(port: u16, role: &str, dbname: &str) -> String {
+    format!(
+        "host=127.0.0.1 port={port} user={role} dbname={dbname} connect_timeout=10 options='-c statement_timeout=60s'"
     )
 }
 
