@@ -33,23 +33,32 @@ CREATE SEQUENCE idem.fence_seq AS bigint MINVALUE 1 NO CYCLE;
 -- NULL (a NULL costs a bit of the null bitmap; these cost 53 bytes). Every other row has all
 -- of them. What each NULL means is said once, in src/rules/key_row.rs (MessageRows).
 CREATE TABLE idem.keys (
-    -- fixed-width columns first: no alignment padding between them
+    -- The order is for the bytes on the page. The first eight columns hold everything a message
+    -- row has, key last: the engine (src/pg/heap.rs) writes a row without its trailing NULLs,
+    -- the way PostgreSQL keeps rows written before an ADD COLUMN, and a row of at most eight
+    -- columns keeps its null bitmap in the header's spare byte, so a message row's data starts
+    -- at byte 24 instead of 32 (the executor, which the SQL edition and the SPI path write
+    -- through, forms every column: 8 bytes more). In each part the fixed-width columns come
+    -- first: alignment pads a request row only before attempt, 0 to 3 bytes. A table updated
+    -- from 0.4.0 keeps that release's order (an update rewrites no row); pg_idem finds its
+    -- columns by name.
+    purge_after      timestamptz NOT NULL,   -- indexed lower bound of the expiry, see below
     fence            bigint,                 -- NULL in a message row (a consume hands out none)
     claimed_at       timestamptz,            -- start of the current attempt; NULL in a message row
-    lease_expires_at timestamptz,            -- NULL once completed or failed
     expires_at       timestamptz,            -- past it the key counts as absent; NULL in a
                                              -- message row, whose expiry is purge_after
-    purge_after      timestamptz NOT NULL,   -- indexed lower bound of the expiry, see below
     ttl              interval,               -- how long a stored response is replayed; NULL in
                                              -- a message row (its expiry never moves again)
-    attempt          integer,                -- NULL in a message row: the first attempt
-    response_code    integer,
     state            "char"      NOT NULL,   -- 'p' in_progress, 'c' completed, 'f' failed
     -- tenant has the database's default collation, like an application's own tenant column:
     -- Citus colocates tables only when their distribution columns' collations match (the
     -- primary key compares bytes either way: default collations are deterministic)
     tenant           text        NOT NULL,
     key              text COLLATE "C" NOT NULL,
+    -- the rest is NULL in a message row (attempt: unless it took over a lapsed claim)
+    attempt          integer,                -- NULL in a message row: the first attempt
+    response_code    integer,
+    lease_expires_at timestamptz,            -- NULL once completed or failed
     request_hash     bytea,                  -- first 16 bytes of SHA-256(the caller's request_hash);
                                              -- NULL in a message row: the empty fingerprint's
     response_body    jsonb,

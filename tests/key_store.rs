@@ -401,6 +401,131 @@ fn engine_writes_reach_logical_decoding_and_survive_a_crash() {
     assert_eq!(checked, 3);
 }
 
+/// The heap tuple of `key` in idem.keys as the page holds it: (number of attributes, t_hoff).
+fn stored_tuple(db: &mut Client, key: &str) -> (i32, i32) {
+    let mut checker = superuser_twin(db);
+    let db = checker.as_mut().unwrap_or(db);
+    db.batch_execute("CREATE EXTENSION IF NOT EXISTS pageinspect")
+        .unwrap();
+    let row = db
+        .query_one(
+            "SELECT p.t_infomask2 & 2047, p.t_hoff::int
+               FROM idem.keys AS k,
+                    heap_page_items(get_raw_page('idem.keys', (k.ctid::text::point)[0]::int)) AS p
+              WHERE k.key = $1 AND p.lp = (k.ctid::text::point)[1]::int",
+            &[&key],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[test]
+fn the_engine_leaves_a_rows_trailing_nulls_off() {
+    if native_only("the engine's own heap writes (the executor forms every column)") {
+        return;
+    }
+    // A consumed message has nothing past its key (sql/schema.sql's eighth column): written
+    // without the seven NULLs that follow, its null bitmap fits the header's spare byte and
+    // its data starts at byte 24, not 32. A request key keeps its columns up to its last value.
+    // Every reader takes the columns left off for NULL.
+    let server = Server::start(&[]);
+    let mut db = server.client();
+    let consumed: bool = db
+        .query_one(
+            "SELECT idem_consume('t', 'message', interval '1 hour')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(consumed);
+    let first = claim(&mut db, "t", "request", "h");
+    complete(&mut db, "t", "request", fence(&first), 201, r#"{"id": 7}"#);
+    assert_eq!(stored_tuple(&mut db, "message"), (8, 24), "a message row");
+    // up to response_body, the thirteenth column; 13 columns need a second bitmap byte
+    assert_eq!(
+        stored_tuple(&mut db, "request"),
+        (13, 32),
+        "a completed request"
+    );
+    let nulls: bool = db
+        .query_one(
+            "SELECT attempt IS NULL AND response_code IS NULL AND lease_expires_at IS NULL
+                    AND request_hash IS NULL AND response_body IS NULL
+                    AND checkpoint_phase IS NULL AND checkpoint_data IS NULL
+               FROM idem.keys WHERE key = 'message'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(nulls, "the columns left off read as NULL");
+    let again: bool = db
+        .query_one(
+            "SELECT idem_consume('t', 'message', interval '1 hour')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(!again, "the message was processed");
+    // a checkpoint fills a column past the others: the row grows to it (an update)
+    let second = claim(&mut db, "t", "stalled", "h");
+    db.execute(
+        "SELECT idem_checkpoint('t', 'stalled', $1, 'charged', '{\"step\": 1}')",
+        &[&fence(&second)],
+    )
+    .unwrap();
+    assert_eq!(stored_tuple(&mut db, "stalled").0, 15);
+    amcheck(&mut db);
+}
+
+#[test]
+fn a_column_with_a_missing_value_is_always_written() {
+    // A column added with a default keeps that default as its "missing" value (atthasmissing)
+    // after the default is dropped: a row that ends before the column reads it, not NULL. A DBA
+    // who dropped and added back one of pg_idem's columns that way has a table pg_idem still
+    // writes (the same names and types, no default), so every new row must carry the column.
+    let server = Server::start(&[]);
+    let mut db = server.client();
+    db.batch_execute(
+        "ALTER TABLE idem.keys DROP COLUMN checkpoint_data;
+         ALTER TABLE idem.keys ADD COLUMN checkpoint_data jsonb DEFAULT '{\"stale\": true}';
+         ALTER TABLE idem.keys ALTER COLUMN checkpoint_data DROP DEFAULT;",
+    )
+    .unwrap();
+    let missing: bool = db
+        .query_one(
+            "SELECT atthasmissing FROM pg_catalog.pg_attribute
+              WHERE attrelid = 'idem.keys'::regclass AND attname = 'checkpoint_data'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(missing, "the column has a missing value");
+    let consumed: bool = db
+        .query_one(
+            "SELECT idem_consume('t', 'message', interval '1 hour')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(consumed);
+    let first = claim(&mut db, "t", "request", "h");
+    complete(&mut db, "t", "request", fence(&first), 200, "{}");
+    let stale: Vec<String> = db
+        .query(
+            "SELECT key FROM idem.keys WHERE checkpoint_data IS NOT NULL ORDER BY key",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "rows that read the missing value: {stale:?}"
+    );
+    amcheck(&mut db);
+}
+
 #[test]
 fn every_index_entry_the_engine_writes_is_where_amcheck_expects_it() {
     // amcheck's heapallindexed check fingerprints every heap tuple and looks for its index

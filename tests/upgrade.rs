@@ -103,6 +103,61 @@ fn describe(db: &mut Client) -> BTreeSet<String> {
         .collect()
 }
 
+/// idem.keys' columns as 0.1.0 to 0.4.0 created them, and as a fresh install creates them now.
+const KEYS_ORDER_0_1_0: [&str; 15] = [
+    "fence",
+    "claimed_at",
+    "lease_expires_at",
+    "expires_at",
+    "purge_after",
+    "ttl",
+    "attempt",
+    "response_code",
+    "state",
+    "tenant",
+    "key",
+    "request_hash",
+    "response_body",
+    "checkpoint_phase",
+    "checkpoint_data",
+];
+const KEYS_ORDER: [&str; 15] = [
+    "purge_after",
+    "fence",
+    "claimed_at",
+    "expires_at",
+    "ttl",
+    "state",
+    "tenant",
+    "key",
+    "attempt",
+    "response_code",
+    "lease_expires_at",
+    "request_hash",
+    "response_body",
+    "checkpoint_phase",
+    "checkpoint_data",
+];
+
+/// The description without the positions of idem.keys' columns, and their names in order.
+fn without_keys_order(described: BTreeSet<String>) -> (BTreeSet<String>, Vec<String>) {
+    let mut order = Vec::new();
+    let rest = described
+        .into_iter()
+        .map(|line| match line.strip_prefix("column idem.keys #") {
+            Some(numbered) => {
+                let (attnum, rest) = numbered.split_once(' ').expect("#attnum name ...");
+                let name = rest.split(' ').next().unwrap().to_string();
+                order.push((attnum.parse::<i32>().expect("an attnum"), name));
+                format!("column idem.keys {rest}")
+            }
+            None => line,
+        })
+        .collect();
+    order.sort();
+    (rest, order.into_iter().map(|(_, name)| name).collect())
+}
+
 /// Keys in every state under 0.1.0, their answers before and after the update, the upgraded
 /// schema against a fresh install.
 #[test]
@@ -276,8 +331,16 @@ fn update_from_the_released_version_keeps_every_key() {
     let mut fresh = server.client_db("fresh");
     fresh.batch_execute("CREATE EXTENSION pg_idem").unwrap();
     assert_eq!(extversion(&mut fresh), current_version());
-    let upgraded = describe(&mut db);
-    let installed = describe(&mut fresh);
+    let (upgraded, upgraded_order) = without_keys_order(describe(&mut db));
+    let (installed, installed_order) = without_keys_order(describe(&mut fresh));
+    // the one difference: the order of idem.keys' columns, which an update leaves as it was
+    // (changing it would rewrite every row) and a fresh install of 0.5.0 chooses for narrower
+    // message rows (sql/schema.sql)
+    assert_eq!(
+        upgraded_order, KEYS_ORDER_0_1_0,
+        "an update keeps the order"
+    );
+    assert_eq!(installed_order, KEYS_ORDER, "a fresh install's order");
     let only_upgraded: Vec<_> = upgraded.difference(&installed).collect();
     let only_fresh: Vec<_> = installed.difference(&upgraded).collect();
     assert!(
@@ -484,4 +547,45 @@ fn messages_consumed_before_the_update_keep_whole_rows_and_new_ones_are_narrow()
         assert!(narrow(&mut db, key), "{key} is a narrow row now");
     }
     amcheck(&mut db);
+
+    // the update kept 0.4.0's column order; a dump restored into a fresh install has the new
+    // one, with every row and answer as before
+    let order = |db: &mut Client| -> Vec<String> {
+        db.query(
+            "SELECT attname::text FROM pg_catalog.pg_attribute
+              WHERE attrelid = 'idem.keys'::regclass AND attnum > 0 AND NOT attisdropped
+              ORDER BY attnum",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    assert_eq!(order(&mut db), KEYS_ORDER_0_1_0);
+    db.batch_execute("CREATE DATABASE restored").unwrap();
+    let file = server.dir().join("updated.dump");
+    let file = file.to_str().unwrap();
+    let port = server.port.to_string();
+    let common = ["-h", "127.0.0.1", "-p", &port, "-U", dba_role()];
+    let dump = server.run_bin(
+        "pg_dump",
+        &[&common[..], &["-Fc", "-f", file, "postgres"]].concat(),
+    );
+    assert!(dump.status.success(), "pg_dump: {dump:?}");
+    let restore = server.run_bin(
+        "pg_restore",
+        &[&common[..], &["-d", "restored", file]].concat(),
+    );
+    assert!(restore.status.success(), "pg_restore: {restore:?}");
+    let mut restored = server.client_db("restored");
+    assert_eq!(order(&mut restored), KEYS_ORDER);
+    assert_eq!(all_keys(&mut restored), all_keys(&mut db));
+    for key in ["old-engine", "old-spi", "new-engine", "new-spi"] {
+        assert!(
+            !consume(&mut restored, key, "1 hour"),
+            "{key} was processed"
+        );
+    }
+    amcheck(&mut restored);
 }

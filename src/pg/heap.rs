@@ -58,6 +58,13 @@ pub struct Layout {
     memory: pg_sys::MemoryContext,
     /// `caches::generation(Depends::Relations)` when the look-up began
     generation: u64,
+    /// The fewest columns a row is written with (`Table::form` leaves trailing NULLs off): one
+    /// past the last column that has a "missing" value (atthasmissing: added with a default that
+    /// was dropped since), which a row without that column would read instead of NULL.
+    least_natts: usize,
+    /// Descriptors of the table's first n columns, at index n, for rows that leave the rest
+    /// off: made on first use, in `memory`.
+    prefixes: RefCell<Vec<pg_sys::TupleDesc>>,
 }
 
 impl Drop for Layout {
@@ -111,11 +118,20 @@ impl Layout {
                 pg_sys::ALLOCSET_SMALL_MAXSIZE as usize,
             )
         };
+        // SAFETY: rel is open; its descriptor has one attribute per column.
+        let least_natts = unsafe { PgTupleDesc::from_pg_unchecked((*rel).rd_att) }
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.atthasmissing)
+            .last()
+            .map_or(0, |(i, _)| i + 1);
         let mut layout = Layout {
             relid,
             indexes: Vec::new(),
             memory,
             generation,
+            least_natts,
+            prefixes: RefCell::new(Vec::new()),
         };
         let checked = check_writable(rel);
         let mut opened = Vec::new();
@@ -150,6 +166,34 @@ impl Layout {
             unsafe { check_index(table.index(position), info) }?;
         }
         Ok((table.layout.clone(), table))
+    }
+
+    /// A descriptor of the first `natts` columns of `full`, the descriptor of this layout's
+    /// table.
+    ///
+    /// SAFETY: `full` is the descriptor of the open table this layout was found for, and the
+    /// layout is current (`Table::open`); `natts` is at most its number of attributes.
+    unsafe fn prefix(&self, full: pg_sys::TupleDesc, natts: usize) -> pg_sys::TupleDesc {
+        let mut prefixes = self.prefixes.borrow_mut();
+        if prefixes.len() <= natts {
+            prefixes.resize(natts + 1, std::ptr::null_mut());
+        }
+        if prefixes[natts].is_null() {
+            // SAFETY: a new descriptor in the layout's own context, which lives as long as the
+            // layout; TupleDescCopyEntry copies what forming a tuple reads of each attribute
+            // (length, alignment, by value, storage) from the caller's descriptor, and no
+            // column changes without an invalidation that makes the layout stale first.
+            prefixes[natts] = unsafe {
+                let old = pg_sys::MemoryContextSwitchTo(self.memory);
+                let prefix = pg_sys::CreateTemplateTupleDesc(natts as i32);
+                for attno in 1..=natts as pg_sys::AttrNumber {
+                    pg_sys::TupleDescCopyEntry(prefix, attno, full, attno);
+                }
+                pg_sys::MemoryContextSwitchTo(old);
+                prefix
+            };
+        }
+        prefixes[natts]
     }
 
     /// Which index is the table's primary key, valid and on exactly the columns `columns`
@@ -504,10 +548,28 @@ impl Table {
                 .raise();
             }
         }
-        // SAFETY: one value and one null flag per attribute, as checked above; the datums are
-        // of the columns' types (the caller's promise), copied into the new tuple.
+        // Trailing NULLs are left off the row, as PostgreSQL leaves off the columns added after
+        // a row was written (every reader takes a column past a row's end for NULL, or for the
+        // column's missing value, which `least_natts` keeps in): a row of 8 columns or fewer
+        // needs no null bitmap beyond the header's spare byte, so its data starts 8 bytes
+        // earlier (sql/schema.sql puts a message row's columns first for this).
+        let natts = nulls
+            .iter()
+            .rposition(|&null| !null)
+            .map_or(0, |last| last + 1)
+            .max(self.layout.least_natts);
+        // SAFETY: one value and one null flag per attribute, as checked above, of which the
+        // first `natts` are formed (the descriptor's); the datums are of the columns' types
+        // (the caller's promise), copied into the new tuple. The table is open and its layout
+        // current (`open`).
         unsafe {
-            pg_sys::heap_form_tuple((*self.rel).rd_att, values.as_mut_ptr(), nulls.as_mut_ptr())
+            let full = (*self.rel).rd_att;
+            let descriptor = if natts == self.natts() {
+                full
+            } else {
+                self.layout.prefix(full, natts)
+            };
+            pg_sys::heap_form_tuple(descriptor, values.as_mut_ptr(), nulls.as_mut_ptr())
         }
     }
 

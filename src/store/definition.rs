@@ -69,19 +69,19 @@ const fn text(
 const DEFAULT: pg_sys::Oid = pg_sys::DEFAULT_COLLATION_OID;
 const C: pg_sys::Oid = pg_sys::C_COLLATION_OID;
 
-/// idem.keys as sql/schema.sql creates it (and the upgrade scripts leave it).
+/// idem.keys as sql/schema.sql creates it (a table updated from 0.4.0 has another order).
 const KEYS: [Expected; 15] = [
+    column("purge_after", pg_sys::TIMESTAMPTZOID, Nulls::Never),
     column("fence", pg_sys::INT8OID, Nulls::InMessageRows),
     column("claimed_at", pg_sys::TIMESTAMPTZOID, Nulls::InMessageRows),
-    column("lease_expires_at", pg_sys::TIMESTAMPTZOID, Nulls::Allowed),
     column("expires_at", pg_sys::TIMESTAMPTZOID, Nulls::InMessageRows),
-    column("purge_after", pg_sys::TIMESTAMPTZOID, Nulls::Never),
     column("ttl", pg_sys::INTERVALOID, Nulls::InMessageRows),
-    column("attempt", pg_sys::INT4OID, Nulls::InMessageRows),
-    column("response_code", pg_sys::INT4OID, Nulls::Allowed),
     column("state", pg_sys::CHAROID, Nulls::Never),
     text("tenant", Nulls::Never, DEFAULT, C),
     text("key", Nulls::Never, C, C),
+    column("attempt", pg_sys::INT4OID, Nulls::InMessageRows),
+    column("response_code", pg_sys::INT4OID, Nulls::Allowed),
+    column("lease_expires_at", pg_sys::TIMESTAMPTZOID, Nulls::Allowed),
     column("request_hash", pg_sys::BYTEAOID, Nulls::InMessageRows),
     column("response_body", pg_sys::JSONBOID, Nulls::Allowed),
     text("checkpoint_phase", Nulls::Allowed, DEFAULT, DEFAULT),
@@ -224,6 +224,10 @@ mod tests {
     use super::*;
     use pgrx::prelude::*;
 
+    fn at<'a>(columns: &'a mut [Column], name: &str) -> &'a mut Column {
+        columns.iter_mut().find(|c| c.name == name).unwrap()
+    }
+
     fn created() -> Vec<Column> {
         KEYS.iter()
             .map(|e| Column {
@@ -258,37 +262,56 @@ mod tests {
         let changed = |v: Verdict| matches!(v, Verdict::Changed(_));
         let extended = |v: Verdict| matches!(v, Verdict::Extended(..));
         let exact = Verdict::Exact(MessageRows::Narrow);
-        assert!(changed(change(&|c| c[7].type_oid = pg_sys::NUMERICOID)));
+        assert!(changed(change(
+            &|c| at(c, "response_code").type_oid = pg_sys::NUMERICOID
+        )));
         assert!(changed(change(&|c| {
-            c[9].type_oid = pg_sys::VARCHAROID;
-            c[9].typmod = 20;
+            at(c, "tenant").type_oid = pg_sys::VARCHAROID;
+            at(c, "tenant").typmod = 20;
         })));
-        assert!(changed(change(&|c| c[9].typmod = 20)));
-        assert!(changed(change(&|c| c[10].collation = DEFAULT)));
-        assert!(changed(change(&|c| c[13].collation = C)));
+        assert!(changed(change(&|c| at(c, "tenant").typmod = 20)));
+        assert!(changed(change(&|c| at(c, "key").collation = DEFAULT)));
+        assert!(changed(
+            change(&|c| at(c, "checkpoint_phase").collation = C)
+        ));
         // tenant as 0.1.0 and 0.2.0 created it, until ALTER EXTENSION pg_idem UPDATE
-        assert_eq!(change(&|c| c[9].collation = C), exact);
-        assert!(changed(change(&|c| c[2].not_null = true)));
-        assert!(changed(change(&|c| c[4].not_null = false)));
-        assert!(changed(change(&|c| c[8].not_null = false)));
+        assert_eq!(change(&|c| at(c, "tenant").collation = C), exact);
+        assert!(changed(change(
+            &|c| at(c, "lease_expires_at").not_null = true
+        )));
+        assert!(changed(change(&|c| at(c, "purge_after").not_null = false)));
+        assert!(changed(change(&|c| at(c, "state").not_null = false)));
         // the columns a message row leaves NULL: NOT NULL all of them (0.4.0, until ALTER
         // EXTENSION pg_idem UPDATE: messages are written whole), or none; never some
-        let message_columns = [0, 1, 3, 5, 6, 11];
+        let message_columns = [
+            "fence",
+            "claimed_at",
+            "expires_at",
+            "ttl",
+            "attempt",
+            "request_hash",
+        ];
         assert_eq!(
-            change(&|c| message_columns.iter().for_each(|&i| c[i].not_null = true)),
+            change(&|c| message_columns
+                .iter()
+                .for_each(|name| at(c, name).not_null = true)),
             Verdict::Exact(MessageRows::Whole)
         );
-        for &i in &message_columns {
-            assert!(changed(change(&|c| c[i].not_null = true)));
+        for name in message_columns {
+            assert!(changed(change(&|c| at(c, name).not_null = true)));
         }
-        assert!(changed(change(&|c| c[6].generated = true)));
-        assert!(changed(change(&|c| {
-            c.remove(12);
-        })));
-        assert!(changed(change(&|c| c[3].name = "expires".into())));
-        assert!(extended(change(&|c| c[3].has_default = true)));
+        assert!(changed(change(&|c| at(c, "attempt").generated = true)));
+        assert!(changed(
+            change(&|c| c.retain(|c| c.name != "response_body"))
+        ));
+        assert!(changed(change(
+            &|c| at(c, "expires_at").name = "expires".into()
+        )));
+        assert!(extended(
+            change(&|c| at(c, "expires_at").has_default = true)
+        ));
         assert!(extended(change(&|c| {
-            let mut added = c[1].clone();
+            let mut added = at(c, "claimed_at").clone();
             added.name = "added_at".into();
             added.has_default = true;
             c.push(added);

@@ -469,12 +469,17 @@ pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bo
 }
 
 /// Every row of idem.keys as text, in key order: for comparing the whole store before and after.
+/// Each row is a jsonb object, whose keys are the column names in jsonb's own order: the same for
+/// tables whose columns are in different orders (an updated one and a fresh install's).
 pub fn all_keys(db: &mut Client) -> Vec<String> {
-    db.query("SELECT k::text FROM idem.keys k ORDER BY tenant, key", &[])
-        .expect("read idem.keys")
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
+    db.query(
+        "SELECT pg_catalog.to_jsonb(k)::text FROM idem.keys k ORDER BY tenant, key",
+        &[],
+    )
+    .expect("read idem.keys")
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
 }
 
 /// One row of idem_claim.
