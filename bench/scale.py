@@ -600,11 +600,12 @@ def render(out: Path, results: dict) -> None:
                  f"group; pgbench and psql outside it)")
     L.append("")
     L.append("Key kinds: `bench_uuid()` (bench/scale_schema.sql), UUIDv4 (random) or UUIDv7 (time-ordered: the "
-             "transaction's `now()` in milliseconds, then random bits). Pre-fill: one `INSERT ... SELECT` from "
+             "transaction's `now()` in milliseconds, then random bits). Pre-fill: one statement over "
              "`generate_series` per million rows into each side's table, the two sides in parallel sessions, rows "
-             "as the real calls write them (idem.keys rows copied from a template row written by a real "
-             "`idem_claim`+`idem_complete` or `idem_consume`, with their own tenant, key, timestamps and response "
-             f"body), keys {STEP_US} µs apart ending a minute before the runs, expiry a day later; then `VACUUM "
+             "as the real calls write them: an `INSERT ... SELECT` for the hand-written tables and for request "
+             "keys (idem.keys rows copied from a template row written by a real `idem_claim`+`idem_complete`, "
+             "with their own tenant, key, timestamps and response body), `idem_consume` itself for consumed "
+             f"messages; keys {STEP_US} µs apart ending a minute before the runs, expiry a day later; then `VACUUM "
              "(ANALYZE)` and `CHECKPOINT`. Nothing is purged during the runs (`pg_idem.purge_interval = 0`).")
     L.append("")
     L.append("Reads per transaction: blocks read into shared buffers (from the kernel: page cache or disk) for "
