@@ -10,6 +10,7 @@
 #   bash bench/perf.sh [seconds, default 10] [clients, default 1] [scenario writing payments ...] [-- NAME=VALUE ...]
 #   e.g. bash bench/perf.sh 10 1 handrolled pg_idem inbox consume inbox_batch consume_batch
 #        bash bench/perf.sh 8 8 inbox consume -- synchronous_commit=off
+#        PERF_STACKS_DIR=/tmp/stacks bash bench/perf.sh 10 1 consume   # keeps the call stacks
 #
 # Needs perf (Debian: apt-get install linux-perf), root, a release build of pg_idem installed
 # (scripts/install.sh), pgbench. The tables are truncated and a CHECKPOINT taken before every
@@ -72,7 +73,10 @@ for sc in "${scenarios[@]}"; do
     echo
     echo "### $sc, $clients client(s): $txns transactions in the $seconds s under perf (whole run: $tps)"
     echo
+    # PERF_STACKS_DIR=DIR keeps each scenario's call stacks as text (DIR/SCENARIO.stacks), for
+    # questions the step table does not answer (who calls a hot function)
     perf script -i "$dir/$sc.data" -F comm,pid,tid,ip,sym,dso --no-inline 2>/dev/null |
+        tee ${PERF_STACKS_DIR:+"$PERF_STACKS_DIR/$sc.stacks"} |
         python3 bench/perf_steps.py --hz 499 --txns "$txns"
     rm -f "$dir/$sc.data"
 done
