@@ -139,19 +139,30 @@ const KEYS_ORDER: [&str; 15] = [
     "checkpoint_data",
 ];
 
-/// The description without the positions of idem.keys' columns, and their names in order.
+/// The description without the positions of idem.keys' columns (in their own lines, and in the
+/// line of the table's row type, which PostgreSQL 18 lists as a member), and their names in order.
 fn without_keys_order(described: BTreeSet<String>) -> (BTreeSet<String>, Vec<String>) {
     let mut order = Vec::new();
     let rest = described
         .into_iter()
-        .map(|line| match line.strip_prefix("column idem.keys #") {
-            Some(numbered) => {
+        .map(|line| {
+            if let Some(numbered) = line.strip_prefix("column idem.keys #") {
                 let (attnum, rest) = numbered.split_once(' ').expect("#attnum name ...");
                 let name = rest.split(' ').next().unwrap().to_string();
                 order.push((attnum.parse::<i32>().expect("an attnum"), name));
-                format!("column idem.keys {rest}")
+                return format!("column idem.keys {rest}");
             }
-            None => line,
+            match (
+                line.starts_with("type idem.keys "),
+                line.split_once(" columns "),
+            ) {
+                (true, Some((head, columns))) => {
+                    let mut columns: Vec<&str> = columns.split(", ").collect();
+                    columns.sort_unstable();
+                    format!("{head} columns {}", columns.join(", "))
+                }
+                _ => line,
+            }
         })
         .collect();
     order.sort();
