@@ -139,17 +139,28 @@ const KEYS_ORDER: [&str; 15] = [
     "checkpoint_data",
 ];
 
+/// The names of idem.keys' columns, in order.
+fn keys_order(db: &mut Client) -> Vec<String> {
+    db.query(
+        "SELECT attname::text FROM pg_catalog.pg_attribute
+          WHERE attrelid = 'idem.keys'::regclass AND attnum > 0 AND NOT attisdropped
+          ORDER BY attnum",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
 /// The description without the positions of idem.keys' columns (in their own lines, and in the
-/// line of the table's row type, which PostgreSQL 18 lists as a member), and their names in order.
-fn without_keys_order(described: BTreeSet<String>) -> (BTreeSet<String>, Vec<String>) {
-    let mut order = Vec::new();
-    let rest = described
+/// line of the table's row type, which PostgreSQL 18 lists as a member): `keys_order` says those.
+fn without_keys_order(described: BTreeSet<String>) -> BTreeSet<String> {
+    described
         .into_iter()
         .map(|line| {
             if let Some(numbered) = line.strip_prefix("column idem.keys #") {
-                let (attnum, rest) = numbered.split_once(' ').expect("#attnum name ...");
-                let name = rest.split(' ').next().unwrap().to_string();
-                order.push((attnum.parse::<i32>().expect("an attnum"), name));
+                let (_attnum, rest) = numbered.split_once(' ').expect("#attnum name ...");
                 return format!("column idem.keys {rest}");
             }
             match (
@@ -164,9 +175,7 @@ fn without_keys_order(described: BTreeSet<String>) -> (BTreeSet<String>, Vec<Str
                 _ => line,
             }
         })
-        .collect();
-    order.sort();
-    (rest, order.into_iter().map(|(_, name)| name).collect())
+        .collect()
 }
 
 /// Keys in every state under 0.1.0, their answers before and after the update, the upgraded
@@ -342,16 +351,21 @@ fn update_from_the_released_version_keeps_every_key() {
     let mut fresh = server.client_db("fresh");
     fresh.batch_execute("CREATE EXTENSION pg_idem").unwrap();
     assert_eq!(extversion(&mut fresh), current_version());
-    let (upgraded, upgraded_order) = without_keys_order(describe(&mut db));
-    let (installed, installed_order) = without_keys_order(describe(&mut fresh));
+    let upgraded = without_keys_order(describe(&mut db));
+    let installed = without_keys_order(describe(&mut fresh));
     // the one difference: the order of idem.keys' columns, which an update leaves as it was
     // (changing it would rewrite every row) and a fresh install of 0.5.0 chooses for narrower
     // message rows (sql/schema.sql)
     assert_eq!(
-        upgraded_order, KEYS_ORDER_0_1_0,
+        keys_order(&mut db),
+        KEYS_ORDER_0_1_0,
         "an update keeps the order"
     );
-    assert_eq!(installed_order, KEYS_ORDER, "a fresh install's order");
+    assert_eq!(
+        keys_order(&mut fresh),
+        KEYS_ORDER,
+        "a fresh install's order"
+    );
     let only_upgraded: Vec<_> = upgraded.difference(&installed).collect();
     let only_fresh: Vec<_> = installed.difference(&upgraded).collect();
     assert!(
@@ -561,19 +575,7 @@ fn messages_consumed_before_the_update_keep_whole_rows_and_new_ones_are_narrow()
 
     // the update kept 0.4.0's column order; a dump restored into a fresh install has the new
     // one, with every row and answer as before
-    let order = |db: &mut Client| -> Vec<String> {
-        db.query(
-            "SELECT attname::text FROM pg_catalog.pg_attribute
-              WHERE attrelid = 'idem.keys'::regclass AND attnum > 0 AND NOT attisdropped
-              ORDER BY attnum",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
-    };
-    assert_eq!(order(&mut db), KEYS_ORDER_0_1_0);
+    assert_eq!(keys_order(&mut db), KEYS_ORDER_0_1_0);
     db.batch_execute("CREATE DATABASE restored").unwrap();
     let file = server.dir().join("updated.dump");
     let file = file.to_str().unwrap();
@@ -590,7 +592,7 @@ fn messages_consumed_before_the_update_keep_whole_rows_and_new_ones_are_narrow()
     );
     assert!(restore.status.success(), "pg_restore: {restore:?}");
     let mut restored = server.client_db("restored");
-    assert_eq!(order(&mut restored), KEYS_ORDER);
+    assert_eq!(keys_order(&mut restored), KEYS_ORDER);
     assert_eq!(all_keys(&mut restored), all_keys(&mut db));
     for key in ["old-engine", "old-spi", "new-engine", "new-spi"] {
         assert!(
