@@ -1,0 +1,95 @@
+"""What both reference apps share: argument parsing, body validation, the body templates."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from typing import Any, Optional
+
+from ..core import CONTRACT, Reject, Route
+
+APP = CONTRACT["reference_app"]
+
+TABLES = (
+    "CREATE TABLE IF NOT EXISTS payments (id bigserial PRIMARY KEY, tenant text NOT NULL,"
+    " idem_key text NOT NULL, amount bigint NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS payouts (id bigserial PRIMARY KEY, tenant text NOT NULL,"
+    " idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL)",
+)
+
+
+def routes(tenant_hook) -> list:
+    common = dict(
+        tenant=tenant_hook,
+        statement_timeout_ms=APP["statement_timeout_ms"],
+        idle_in_transaction_timeout_ms=APP["idle_in_transaction_timeout_ms"],
+    )
+    return [
+        Route("POST", "/payments", **common),
+        Route("POST", "/payouts", lease=APP["payout_lease"], **common),
+    ]
+
+
+def tenant_from(value: Optional[str]) -> str:
+    if not value:
+        raise Reject(400, "tenant_missing", "X-Tenant header required")
+    return value
+
+
+def args(description: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--dsn", required=True, help="PostgreSQL URI")
+    p.add_argument("--port", type=int, required=True)
+    return p.parse_args()
+
+
+class BadRequest(Exception):
+    pass
+
+
+def parse_body(raw: bytes) -> dict:
+    """A JSON object with an integer amount, or BadRequest (a final 400, stored and replayed)."""
+    try:
+        req = json.loads(raw.decode("utf-8"))
+    except ValueError:
+        raise BadRequest("body is not JSON") from None
+    if not isinstance(req, dict):
+        raise BadRequest("body must be a JSON object")
+    if type(req.get("amount")) is not int:
+        raise BadRequest("amount must be an integer")
+    sleep = req.get("sleep_ms", 0)
+    if type(sleep) not in (int, float) or sleep < 0:
+        raise BadRequest("sleep_ms must be a non-negative number")
+    return req
+
+
+def bad_request_body(exc: BadRequest) -> bytes:
+    return json.dumps({"error": "bad_request", "message": str(exc)},
+                      separators=(",", ":")).encode()
+
+
+def fill(template: str, **values: Any) -> bytes:
+    # text templates, not a JSON serialiser: the large integer and 12.50 survive as written
+    for name, value in values.items():
+        template = template.replace("{" + name + "}", str(value))
+    return template.encode("utf-8")
+
+
+class FailOnce:
+    """fail: "transient" fails the first attempt this process sees for (tenant, key)."""
+
+    def __init__(self) -> None:
+        self._seen: set = set()
+        self._lock = threading.Lock()
+
+    def first(self, tenant: str, key: str) -> bool:
+        with self._lock:
+            if (tenant, key) in self._seen:
+                return False
+            self._seen.add((tenant, key))
+            return True
+
+
+class TransientFailure(Exception):
+    pass

@@ -1,0 +1,119 @@
+"""The reference app on FastAPI + uvicorn (CONTRACT.md "The reference apps").
+
+    python -m pg_idem_http.reference.fastapi_app --dsn postgresql://... --port 8000
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import uvicorn
+from fastapi import FastAPI, Request, Response
+from psycopg_pool import AsyncConnectionPool
+
+from ..fastapi import Idem, IdempotencyMiddleware, Lease
+from .common import (
+    APP,
+    TABLES,
+    BadRequest,
+    FailOnce,
+    TransientFailure,
+    args,
+    bad_request_body,
+    fill,
+    parse_body,
+    routes,
+    tenant_from,
+)
+
+JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
+
+
+def tenant(scope) -> str:
+    headers = dict(scope["headers"])  # ASGI header names are lower-case bytes
+    value = headers.get(b"x-tenant")
+    return tenant_from(value.decode("latin-1") if value is not None else None)
+
+
+def create_app(pool: AsyncConnectionPool) -> FastAPI:
+    app = FastAPI()
+    app.add_middleware(IdempotencyMiddleware, pool=pool, routes=routes(tenant))
+    fail_once = FailOnce()
+
+    @app.post("/payments")
+    async def payments(request: Request, idem: Idem) -> Response:
+        try:
+            req = parse_body(await request.body())
+        except BadRequest as exc:
+            return Response(bad_request_body(exc), 400, media_type=JSON)
+        amount = req["amount"]
+        if req.get("fail") == "final":
+            return Response(fill(APP["declined_json"], amount=amount), 402, media_type=JSON)
+        cur = await idem.conn.execute(
+            "INSERT INTO payments (tenant, idem_key, amount) VALUES (%s, %s, %s) RETURNING id",
+            (idem.tenant, idem.key, amount),
+        )
+        (pid,) = await cur.fetchone()
+        if req.get("sleep_ms"):
+            await asyncio.sleep(req["sleep_ms"] / 1000)  # holding the transaction, not the loop
+        if req.get("fail") == "transient" and fail_once.first(idem.tenant, idem.key):
+            raise TransientFailure("injected transient failure")  # the framework's 500
+        if req.get("format") == "text":
+            body, media = fill(APP["payment_text"], id=pid, amount=amount), TEXT
+        else:
+            body, media = fill(APP["payment_json"], id=pid, amount=amount), JSON
+        return Response(body, 201, media_type=media, headers={"Location": f"/payments/{pid}"})
+
+    @app.post("/payouts")
+    async def payouts(request: Request, lease: Lease) -> Response:
+        try:
+            req = parse_body(await request.body())
+        except BadRequest as exc:
+            return Response(bad_request_body(exc), 400, media_type=JSON)
+        amount = req["amount"]
+        bank_ref = await lease.downstream_key("bank")
+        if req.get("sleep_ms"):
+            await asyncio.sleep(req["sleep_ms"] / 1000)  # the "external call": no transaction
+        conn = await lease.begin()  # 55000 here when another attempt took over: 409 lease_lost
+        cur = await conn.execute(
+            "INSERT INTO payouts (tenant, idem_key, amount, attempt) VALUES (%s, %s, %s, %s)"
+            " RETURNING id",
+            (lease.tenant, lease.key, amount, lease.attempt),
+        )
+        (pid,) = await cur.fetchone()
+        body = fill(APP["payout_json"], id=pid, amount=amount, attempt=lease.attempt,
+                    bank_ref=bank_ref)
+        return Response(body, 201, media_type=JSON, headers={"Location": f"/payouts/{pid}"})
+
+    return app
+
+
+async def main() -> None:
+    opts = args("pg_idem reference app (FastAPI)")
+    # prepare_threshold=None: no named server-side prepared statements (PgBouncer)
+    pool = AsyncConnectionPool(opts.dsn, min_size=2, max_size=20, timeout=10, open=False,
+                               kwargs={"prepare_threshold": None})
+    await pool.open(wait=True, timeout=30)
+    async with pool.connection() as conn:
+        for ddl in TABLES:
+            await conn.execute(ddl)
+    config = uvicorn.Config(create_app(pool), host="127.0.0.1", port=opts.port,
+                            log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started and not task.done():
+        await asyncio.sleep(0.02)
+    if server.started:
+        print(f"listening on http://127.0.0.1:{opts.port}", flush=True)
+    try:
+        await task
+    finally:
+        await pool.close()
+    if not server.started:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
