@@ -1,0 +1,133 @@
+'use strict';
+// What the Express and Fastify reference apps share (clients/CONTRACT.md "The reference apps"):
+// arguments, the pool, the tables, body validation and the response templates of contract.json.
+const { parseArgs } = require('node:util');
+const pg = require('pg');
+const { contract } = require('..');
+
+const ref = contract.reference_app;
+
+function options() {
+  const { values } = parseArgs({ options: { dsn: { type: 'string' }, port: { type: 'string', default: '0' } } });
+  if (!values.dsn) throw new Error('usage: --dsn postgresql://... --port PORT');
+  return { dsn: values.dsn, port: Number(values.port) };
+}
+
+function pool(dsn) {
+  const p = new pg.Pool({ connectionString: dsn, max: 20 });
+  // an idle client whose connection breaks must not crash the process
+  p.on('error', (err) => console.error('idle client:', err.message));
+  return p;
+}
+
+async function createTables(p) {
+  // DDL in an explicit transaction too, as everything behind a transaction pooler
+  const client = await p.connect();
+  try {
+    await client.query('BEGIN');
+    // apps started at once would race on CREATE TABLE IF NOT EXISTS (23505 on pg_type)
+    await client.query("SELECT pg_advisory_xact_lock(hashtext('pg-idem-http reference tables'))");
+    await client.query('CREATE TABLE IF NOT EXISTS payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL)');
+    await client.query('CREATE TABLE IF NOT EXISTS payouts (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL)');
+    await client.query('COMMIT');
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw err;
+  } finally {
+    client.release();
+  }
+}
+
+// The package's options shared by both routes; /payouts adds the lease (lease mode).
+function packageOptions(p) {
+  return {
+    pool: p,
+    tenant: (req) => req.headers['x-tenant'],
+    statementTimeoutMs: ref.statement_timeout_ms,
+    idleInTransactionTimeoutMs: ref.idle_in_transaction_timeout_ms,
+  };
+}
+const payoutLease = ref.payout_lease;
+
+const tenantMissing = Buffer.from(JSON.stringify({ error: 'tenant_missing', message: 'X-Tenant header required' }));
+
+/** The parsed body, or null when it is not a JSON object with an integer amount. */
+function validate(body) {
+  if (body === null || typeof body !== 'object' || Array.isArray(body) || Buffer.isBuffer(body)) return null;
+  if (!Number.isSafeInteger(body.amount)) return null;
+  return body;
+}
+
+const badRequest = Buffer.from(
+  JSON.stringify({ error: 'bad_request', message: 'The body must be a JSON object with an integer "amount".' }),
+);
+
+// templates filled in as text, so 9007199254740993 and 12.50 survive
+function fill(template, values) {
+  let out = template;
+  for (const [name, value] of Object.entries(values)) out = out.split(`{${name}}`).join(String(value));
+  return Buffer.from(out, 'utf8');
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, Number.isFinite(ms) && ms > 0 ? ms : 0));
+
+// (tenant, key) pairs whose injected transient failure has happened in this process
+const failedOnce = new Set();
+function failTransientlyOnce(tenant, key) {
+  const id = JSON.stringify([tenant, key]);
+  if (failedOnce.has(id)) return false;
+  failedOnce.add(id);
+  return true;
+}
+
+/**
+ * The two handlers, framework-neutral: each returns {status, headers, body}. idem is
+ * req.idem / request.idem.
+ */
+async function payment(idem, body) {
+  const input = validate(body);
+  if (!input) return { status: 400, headers: { 'Content-Type': 'application/json' }, body: badRequest };
+  if (input.fail === 'final') {
+    return { status: 402, headers: { 'Content-Type': 'application/json' }, body: fill(ref.declined_json, { amount: input.amount }) };
+  }
+  const {
+    rows: [row],
+  } = await idem.client.query('INSERT INTO payments (tenant, idem_key, amount) VALUES ($1, $2, $3) RETURNING id', [
+    idem.tenant,
+    idem.key,
+    input.amount,
+  ]);
+  await sleep(Number(input.sleep_ms));
+  if (input.fail === 'transient' && failTransientlyOnce(idem.tenant, idem.key)) {
+    throw new Error('injected transient failure');
+  }
+  const values = { id: row.id, amount: input.amount };
+  const headers = { Location: `/payments/${row.id}` };
+  if (input.format === 'text') {
+    return { status: 201, headers: { 'Content-Type': 'text/plain; charset=utf-8', ...headers }, body: fill(ref.payment_text, values) };
+  }
+  return { status: 201, headers: { 'Content-Type': 'application/json', ...headers }, body: fill(ref.payment_json, values) };
+}
+
+async function payout(idem, body) {
+  const input = validate(body);
+  if (!input) return { status: 400, headers: { 'Content-Type': 'application/json' }, body: badRequest };
+  const bankRef = await idem.downstreamKey('bank');
+  await sleep(Number(input.sleep_ms)); // the "external call", outside any transaction
+  const client = await idem.begin(); // the completion transaction, under the fence
+  const {
+    rows: [row],
+  } = await client.query('INSERT INTO payouts (tenant, idem_key, amount, attempt) VALUES ($1, $2, $3, $4) RETURNING id', [
+    idem.tenant,
+    idem.key,
+    input.amount,
+    idem.attempt,
+  ]);
+  return {
+    status: 201,
+    headers: { 'Content-Type': 'application/json', Location: `/payouts/${row.id}` },
+    body: fill(ref.payout_json, { id: row.id, amount: input.amount, attempt: idem.attempt, bank_ref: bankRef }),
+  };
+}
+
+module.exports = { options, pool, createTables, packageOptions, payoutLease, tenantMissing, payment, payout };
