@@ -38,7 +38,11 @@
 #   examples       the Python and Node.js examples       examples/run.sh (full only), and again
 #                  through PgBouncer in transaction mode examples/run.sh --pooler (full only)
 # and, once every version is installed, pg_upgrade from 14 to 18 (tests/pg_upgrade.rs);
-# on 15, the monitoring (monitoring/test.sh: Debian's postgres_exporter and promtool);
+# on 15, the monitoring (monitoring/test.sh: Debian's postgres_exporter and promtool), and the
+# HTTP client packages (clients/setup.sh installs their pip, npm and cargo dependencies;
+# clients/test.sh runs their unit tests and the HTTP conformance suite against every reference
+# app with the native edition, the SQL edition and through PgBouncer; bench/http_middleware.py
+# in smoke mode);
 # and once: lint (cargo fmt --check, cargo clippy -D warnings, META.json's version), the
 # benchmark runner in smoke mode (15), and the package (tests/package/run.sh: the .deb built,
 # checked unpacked, and the demo run against a copy of Debian's PostgreSQL 15 with the package's
@@ -301,6 +305,12 @@ for major in "${versions[@]}"; do
     if [ "$major" = 15 ]; then
         # Prometheus: postgres_exporter with monitoring/'s queries as a pg_monitor role, the alerts
         step monitoring with_pg 15 monitoring/test.sh
+        # the HTTP client packages (clients/): their dependencies (pip, npm, cargo), their unit
+        # tests, and the HTTP conformance suite against every reference app (native, SQL edition,
+        # PgBouncer in transaction mode)
+        step clients-setup clients/setup.sh
+        step pg15-http with_pg 15 clients/test.sh
+        step bench-http-smoke with_pg 15 python3 bench/http_middleware.py --smoke --out "$root/target/bench-http-smoke"
         step bench-smoke with_pg 15 python3 bench/run.py --smoke --out "$root/target/bench-smoke"
         step bench-scale-smoke with_pg 15 python3 bench/scale.py --smoke --pg 15 --out "$root/target/bench-scale-smoke"
         step bench-soak-smoke with_pg 15 python3 bench/soak.py --smoke --pg 15 --out "$root/target/bench-soak-smoke"
