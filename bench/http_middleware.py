@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import threading
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -60,7 +61,7 @@ class App:
         deadline = time.monotonic() + 60
         while True:
             if self.proc.poll() is not None:
-                raise BenchError(f"{argv} exited: {log_path.read_text()[-2000:]}")
+                raise BenchError(f"{argv} exited ({log_path}): {log_path.read_text()[-2000:]}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
                 return
@@ -144,6 +145,8 @@ def main(argv=None) -> int:
     pairs = args.pairs.split(",")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # the apps' output, for a failure's diagnosis: not part of the report
+    logs = Path(tempfile.mkdtemp(prefix="pg_idem_http_bench."))
 
     server = Server(["shared_preload_libraries = 'pg_idem'", "pg_idem.purge_interval = 0",
                      "shared_buffers = '256MB'" if args.smoke else "shared_buffers = '2GB'",
@@ -158,7 +161,7 @@ def main(argv=None) -> int:
         dsn = f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
         for pair in pairs:
             for side, argv_ in zip(SIDES, PAIRS[pair]):
-                apps[(pair, side)] = App(argv_, dsn, out / f"{pair}-{side}.log")
+                apps[(pair, side)] = App(argv_, dsn, logs / f"{pair}-{side}.log")
         replay_keys = {k: prepare_replay_keys(app.port, 200 if not args.smoke else 20, f"replay-{k[0]}-{k[1]}")
                        for k, app in apps.items()}
         for rnd in range(args.rounds):

@@ -63,40 +63,10 @@ pg_start "$pgdir" "shared_preload_libraries = 'pg_idem'"
 psql -q -v ON_ERROR_STOP=1 -c 'CREATE EXTENSION IF NOT EXISTS pg_idem'
 
 if [ "$pooler" = 1 ]; then
-    # its own configuration, port and no Unix socket: Debian's pgbouncer service (port 6432) is
-    # neither used nor disturbed; run as the server's user, killed by cleanup
     echo "== starting PgBouncer (transaction mode)"
-    bouncer_dir="$pgdir/pgbouncer"
-    mkdir -p "$bouncer_dir"
-    bouncer_port="$(pg_free_port)"
-    echo '"postgres" ""' >"$bouncer_dir/userlist.txt"
-    printf '%s\n' \
-        "[databases]" \
-        "postgres = host=127.0.0.1 port=$PGPORT dbname=postgres" \
-        "[pgbouncer]" \
-        "listen_addr = 127.0.0.1" \
-        "listen_port = $bouncer_port" \
-        "unix_socket_dir =" \
-        "auth_type = trust" \
-        "auth_file = $bouncer_dir/userlist.txt" \
-        "pool_mode = transaction" \
-        "default_pool_size = 2" \
-        "max_client_conn = 200" \
-        "logfile = $bouncer_dir/pgbouncer.log" >"$bouncer_dir/pgbouncer.ini"
-    if [ "$(id -u)" = 0 ]; then
-        chown -R postgres "$bouncer_dir"
-        # setpriv execs pgbouncer itself: $! is pgbouncer's pid, for cleanup to kill
-        setpriv --reuid=postgres --regid=postgres --init-groups \
-            "$(command -v pgbouncer)" -q "$bouncer_dir/pgbouncer.ini" &
-    else
-        pgbouncer -q "$bouncer_dir/pgbouncer.ini" &
-    fi
-    pids+=("$!")
-    for _ in $(seq 100); do
-        psql -q -p "$bouncer_port" -c 'SELECT 1' >/dev/null 2>&1 && break
-        sleep 0.1
-    done
-    psql -q -p "$bouncer_port" -c 'SELECT 1' >/dev/null || { cat "$bouncer_dir/pgbouncer.log" >&2; exit 1; }
+    pg_bouncer_start "$pgdir/pgbouncer" "$PGPORT" postgres 2
+    pids+=("$BOUNCER_PID")
+    bouncer_port="$BOUNCER_PORT"
     export PGPORT="$bouncer_port"
 fi
 

@@ -66,51 +66,15 @@ if wants sql; then
 fi
 
 if wants pooler; then
-    # its own configuration and port, no Unix socket; Debian's pgbouncer service is not touched
-    bouncer_dir="$work/pgbouncer"
-    mkdir -p "$bouncer_dir"
-    bouncer_port="$(pg_free_port)"
-    echo '"postgres" ""' >"$bouncer_dir/userlist.txt"
-    printf '%s\n' \
-        "[databases]" \
-        "postgres = host=127.0.0.1 port=$native_port dbname=postgres" \
-        "[pgbouncer]" \
-        "listen_addr = 127.0.0.1" \
-        "listen_port = $bouncer_port" \
-        "unix_socket_dir =" \
-        "auth_type = trust" \
-        "auth_file = $bouncer_dir/userlist.txt" \
-        "pool_mode = transaction" \
-        "default_pool_size = 8" \
-        "max_client_conn = 400" \
-        "logfile = $bouncer_dir/pgbouncer.log" >"$bouncer_dir/pgbouncer.ini"
-    if [ "$(id -u)" = 0 ]; then
-        chown -R postgres "$bouncer_dir"
-        setpriv --reuid=postgres --regid=postgres --init-groups "$(command -v pgbouncer)" -q "$bouncer_dir/pgbouncer.ini" &
-    else
-        pgbouncer -q "$bouncer_dir/pgbouncer.ini" &
-    fi
-    bouncer_pid=$!
-    for _ in $(seq 100); do
-        psql -q -h 127.0.0.1 -p "$bouncer_port" -U postgres -d postgres -c 'SELECT 1' >/dev/null 2>&1 && break
-        sleep 0.1
-    done
+    pg_bouncer_start "$work/pgbouncer" "$native_port" postgres 8
+    bouncer_pid="$BOUNCER_PID"
+    bouncer_port="$BOUNCER_PORT"
     export PG_IDEM_HTTP_DSN_POOLER="postgresql://postgres@127.0.0.1:$bouncer_port/postgres"
 fi
 
 export PG_IDEM_HTTP_MODES="${modes[*]}"
 export PG_IDEM_HTTP_APPS="${apps[*]:-}"
+# clients/pytest_plain_summary.py ends the output with the plain line scripts/test.sh counts
 rc=0
-"$python" -m pytest -p no:cacheprovider -q -rfE --junitxml="$work/junit.xml" "$here" "${pytest_args[@]}" || rc=$?
-# the plain closing line scripts/test.sh counts (pytest's own line is decorated)
-"$python" - "$work/junit.xml" <<'PY'
-import sys
-import xml.etree.ElementTree as ET
-suites = ET.parse(sys.argv[1]).getroot()
-suites = [suites] if suites.tag == "testsuite" else list(suites)
-tests = sum(int(s.get("tests", 0)) for s in suites)
-failed = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
-skipped = sum(int(s.get("skipped", 0)) for s in suites)
-print(f"{tests - failed - skipped} passed, {failed} failed, {skipped} skipped")
-PY
+PYTHONPATH="$root/clients" "$python" -m pytest -p no:cacheprovider -p pytest_plain_summary -q -rfE "$here" "${pytest_args[@]}" || rc=$?
 exit $rc

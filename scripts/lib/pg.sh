@@ -4,6 +4,7 @@
 #                                            PGHOST PGPORT PGUSER PGDATABASE for psql, pgbench, ...
 #   pg_stop DIR                              stop the server (fast) and remove DIR
 #   pg_run CMD...                            run CMD as the server's OS user
+#   pg_bouncer_start DIR PORT DBNAME POOL    a PgBouncer in transaction mode in front of PORT
 #
 # PostgreSQL refuses to run as root, so as root the server runs as the `postgres` user.
 
@@ -60,4 +61,43 @@ pg_stop() {
             pg_run "$PG_BINDIR/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1
     fi
     rm -rf "$dir"
+}
+
+# pg_bouncer_start DIR PORT DBNAME POOL_SIZE: a PgBouncer (Debian's pgbouncer) of its own in
+# transaction mode, in DIR, on a free port of 127.0.0.1 and no Unix socket, in front of the
+# server on PORT, serving DBNAME to the postgres user (trust); Debian's pgbouncer service (port
+# 6432) is neither used nor disturbed. Sets BOUNCER_PORT and BOUNCER_PID (kill it when done).
+pg_bouncer_start() {
+    local dir="$1" port="$2" dbname="$3" pool_size="$4"
+    mkdir -p "$dir"
+    BOUNCER_PORT="$(pg_free_port)"
+    echo '"postgres" ""' >"$dir/userlist.txt"
+    printf '%s\n' \
+        "[databases]" \
+        "$dbname = host=127.0.0.1 port=$port dbname=$dbname" \
+        "[pgbouncer]" \
+        "listen_addr = 127.0.0.1" \
+        "listen_port = $BOUNCER_PORT" \
+        "unix_socket_dir =" \
+        "auth_type = trust" \
+        "auth_file = $dir/userlist.txt" \
+        "pool_mode = transaction" \
+        "default_pool_size = $pool_size" \
+        "max_client_conn = 400" \
+        "logfile = $dir/pgbouncer.log" >"$dir/pgbouncer.ini"
+    if [ "$(id -u)" = 0 ]; then
+        chown -R postgres "$dir"
+        # setpriv execs pgbouncer itself: $! is pgbouncer's pid
+        setpriv --reuid=postgres --regid=postgres --init-groups "$(command -v pgbouncer)" -q "$dir/pgbouncer.ini" &
+    else
+        pgbouncer -q "$dir/pgbouncer.ini" &
+    fi
+    BOUNCER_PID=$!
+    local _
+    for _ in $(seq 100); do
+        psql -q -h 127.0.0.1 -p "$BOUNCER_PORT" -U postgres -d "$dbname" -c 'SELECT 1' >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    cat "$dir/pgbouncer.log" >&2
+    return 1
 }
