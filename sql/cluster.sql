@@ -44,6 +44,9 @@ BEGIN
         LOCK TABLE idem.tenant_grants IN EXCLUSIVE MODE;
         SELECT pg_catalog.array_agg(g) INTO grants FROM idem.tenant_grants AS g;
         DELETE FROM idem.tenant_grants;
+        -- with Citus no backend keeps answers about the grants (src/sql_api/tenants.rs), so
+        -- the trigger that announces their changes goes: Citus distributes no table with one
+        DROP TRIGGER IF EXISTS tenant_grants_changed ON idem.tenant_grants;
         PERFORM pg_catalog.create_reference_table('idem.tenant_grants');
         INSERT INTO idem.tenant_grants SELECT * FROM pg_catalog.unnest(grants);
     END IF;

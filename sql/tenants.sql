@@ -26,7 +26,19 @@ END;
 COMMENT ON FUNCTION idem_tenant_grants() IS
 'Every grant of idem_grant_tenant, by tenant';
 
+-- Natively each backend keeps its answers to "may this role act on this tenant": any write to
+-- the grants (idem_grant_tenant's, a restore's COPY, an INSERT or DELETE by hand, TRUNCATE, a
+-- logical replica's apply, hence ALWAYS) tells every backend when its transaction commits. A
+-- statement trigger: reads never fire it.
+CREATE FUNCTION idem.tenant_grants_changed() RETURNS trigger
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'idem_tenant_grants_changed_wrapper';
+
+CREATE TRIGGER tenant_grants_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idem.tenant_grants
+FOR EACH STATEMENT EXECUTE FUNCTION idem.tenant_grants_changed();
+ALTER TABLE idem.tenant_grants ENABLE ALWAYS TRIGGER tenant_grants_changed;
+
 -- granting is an administrator's act; the list is for monitoring as well
 REVOKE ALL ON FUNCTION idem_grant_tenant(regrole, text), idem_revoke_tenant(regrole, text),
-    idem_tenant_grants() FROM PUBLIC;
+    idem_tenant_grants(), idem.tenant_grants_changed() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idem_tenant_grants() TO pg_monitor;

@@ -34,8 +34,9 @@ pub enum Depends {
     /// an index built, dropped or reindexed, a rule, a trigger, a policy, a publication, DROP
     /// EXTENSION). A reset of the whole relcache counts too.
     Relations,
-    /// idem.tenant_grants or its primary key (a grant or revoke committed: `tenants` sends a
-    /// relcache invalidation of the table; DROP EXTENSION, REINDEX).
+    /// idem.tenant_grants or its primary key (any write to the grants committed: the table's
+    /// statement trigger sends a relcache invalidation of it, `tenants`; DROP EXTENSION,
+    /// REINDEX, ALTER TABLE ... ENABLE TRIGGER after a restore that disabled them).
     TenantGrants,
     /// Role memberships and roles (GRANT/REVOKE role, ALTER ROLE ... [NO]INHERIT, DROP ROLE).
     Roles,
@@ -188,11 +189,18 @@ mod tests {
             moved_by("GRANT cached_group TO cached_role"),
             [Depends::Roles]
         );
-        // a row written by hand invalidates nothing: the grant functions announce it
+        // a row written by hand is announced too (the table's statement trigger), at the
+        // backend's next command
         assert_eq!(
-            moved_by("INSERT INTO idem.tenant_grants VALUES ('cached_role', 't')"),
-            []
+            moved_by("INSERT INTO idem.tenant_grants VALUES ('cached_role', 't'); SELECT 1"),
+            [Depends::TenantGrants]
         );
+        assert_eq!(
+            moved_by("DELETE FROM idem.tenant_grants; SELECT 1"),
+            [Depends::TenantGrants]
+        );
+        // a read announces nothing
+        assert_eq!(moved_by("SELECT count(*) FROM idem.tenant_grants"), []);
         // what a grant through the API sends (`tenants::announce_change`)
         let grants = oid_of("idem.tenant_grants");
         let before = Depends::ALL.map(generation);

@@ -127,7 +127,8 @@ fn granted_now(role: pg_sys::Oid, tenant: &str) -> bool {
 // ---------------------------------------------------------------------------------------------
 // A per-backend cache of answers, so that a check costs a hash look-up instead of a statement.
 // It is emptied by every invalidation that can change an answer: of idem.tenant_grants (sent by
-// idem_grant_tenant / idem_revoke_tenant when their transaction commits, to every backend), of
+// any write to it, through its statement trigger, and by idem_grant_tenant / idem_revoke_tenant,
+// when the writing transaction commits, to every backend), of
 // role memberships (GRANT/REVOKE role) and of roles themselves (ALTER ROLE ... [NO]INHERIT,
 // DROP ROLE). PostgreSQL delivers these at the start of the next transaction or command, which is
 // when a change becomes visible to a new statement anyway.
@@ -226,6 +227,23 @@ fn grants_relation() -> (pg_sys::Oid, pg_sys::Oid) {
 fn announce_change() {
     // SAFETY: queues a relcache invalidation of an existing relation in this transaction.
     unsafe { pg_sys::CacheInvalidateRelcacheByRelid(grants_relation().0) };
+}
+
+/// The statement trigger `tenant_grants_changed` of idem.tenant_grants (sql/tenants.sql): any
+/// write to the grants, not only idem_grant_tenant's and idem_revoke_tenant's (a COPY of a
+/// restore, an INSERT or DELETE by hand, TRUNCATE, a logical replica's apply: it is ENABLE
+/// ALWAYS), announces the change to every backend when its transaction commits. A write that
+/// skips triggers (pg_restore --disable-triggers) is announced all the same: the ALTER TABLE
+/// ... ENABLE TRIGGER that follows it invalidates the table's relcache entry too. Reads never
+/// fire it: the checks cost what they did.
+#[pg_trigger(sql = false)]
+fn idem_tenant_grants_changed<'a>(
+    trigger: &'a PgTrigger<'a>,
+) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, std::convert::Infallible> {
+    // SAFETY: the relation that fired the trigger is open for the whole statement; queueing
+    // its relcache invalidation in this transaction is what a grant through the API does.
+    unsafe { pg_sys::CacheInvalidateRelcacheByRelid((*trigger.trigger_data().tg_relation).rd_id) };
+    Ok(None)
 }
 
 fn role_name(role: pg_sys::Oid) -> String {
