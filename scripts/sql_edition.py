@@ -59,9 +59,9 @@ INTERNALS_FIRST = ["settings.sql", "hashing.sql", "statistics.sql"]
 INTERNALS_LAST = ["rules.sql"]
 # Functions declared PARALLEL SAFE natively whose SQL body is not: its tenant check runs a
 # subtransaction (idem.in_restricted_operation), which a parallel worker may not start. The
-# native function fails there too with tenant grants on (XX000: its fresh snapshot), a known
-# bug; its declaration changes with the release that fixes it (a Citus cluster's update cannot
-# ALTER a distributed function inside ALTER EXTENSION UPDATE).
+# native function answers there (its tenant check reads the grants with the snapshot parallel
+# mode allows, src/pg/heap.rs), so the declaration stays (a Citus cluster's update cannot ALTER
+# a distributed function inside ALTER EXTENSION UPDATE).
 PARALLEL_UNSAFE_HERE = {"idem_watermark_wrapper"}
 # the SQL edition's first release: there is nothing older to update from
 FIRST_RELEASE = "0.5.0"

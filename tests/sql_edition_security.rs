@@ -1690,9 +1690,9 @@ fn force_parallel() -> &'static str {
 /// idem_watermark is declared PARALLEL SAFE (sql/streams.sql), so a query may run it in a
 /// parallel worker, or in the leader of a parallel plan; with tenant grants on its tenant
 /// check must work there. The SQL edition's check opens a subtransaction (the probe for a
-/// security-restricted operation), which parallel mode forbids: 25000. (The native edition
-/// fails there too, with an internal error: its fresh-snapshot read of the grants is refused
-/// in parallel mode.)
+/// security-restricted operation), which parallel mode forbids: 25000; so it is declared
+/// PARALLEL UNSAFE there. (The native edition answers in parallel mode:
+/// tests/tenant_grants.rs, the_tenant_check_answers_in_a_parallel_query.)
 #[test]
 fn idem_watermark_answers_in_a_parallel_query() {
     let server = plain(&[]);

@@ -197,3 +197,89 @@ fn only_superusers_change_the_setting_or_the_grants() {
     let mut fresh = server.client_as("payments");
     assert_eq!(claim(&mut fresh, "ord", "s2", "h").outcome, "claimed");
 }
+
+/// idem_watermark is PARALLEL SAFE: a parallel plan runs it in its workers and in its leader,
+/// where the tenant check answers as anywhere else (natively it once failed there with XX000:
+/// its fresh-snapshot read of the grants is refused in parallel mode), a revoke included.
+#[test]
+fn the_tenant_check_answers_in_a_parallel_query() {
+    let server = Server::start(&[]);
+    setup(&server);
+    let mut payments = server.client_as("payments");
+    payments
+        .query("SELECT * FROM idem_claim_seq('pay', 's', 7)", &[])
+        .unwrap();
+    let force = if major() >= 16 {
+        "SET debug_parallel_query = on"
+    } else {
+        "SET force_parallel_mode = on"
+    };
+    // a table scanned in parallel, calling the function once per row, in the workers and the
+    // leader; and the function alone (a worker under a Gather)
+    payments
+        .batch_execute(&format!(
+            "{force}; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; \
+             SET min_parallel_table_scan_size = 0; SET max_parallel_workers_per_gather = 2; \
+             CREATE TEMP TABLE streams AS SELECT 's'::text AS s FROM generate_series(1, 1000); \
+             ANALYZE streams"
+        ))
+        .unwrap();
+    let watermark = |db: &mut Client, tenant: &str| -> Result<Vec<Option<i64>>, String> {
+        [
+            format!("SELECT idem_watermark('{tenant}', 's')"),
+            format!("SELECT pg_catalog.max(idem_watermark('{tenant}', s)) FROM streams"),
+        ]
+        .iter()
+        .map(|sql| {
+            db.query_one(sql.as_str(), &[])
+                .map(|row| row.get::<_, Option<i64>>(0))
+                .map_err(|e| {
+                    e.as_db_error()
+                        .map_or_else(|| e.to_string(), |d| d.code().code().to_string())
+                })
+        })
+        .collect()
+    };
+    assert_eq!(watermark(&mut payments, "pay"), Ok(vec![Some(7), Some(7)]));
+    // the plan is parallel where the function is PARALLEL SAFE (natively; the SQL edition's
+    // is not, scripts/sql_edition.py); temp tables are not scanned in parallel: a plain table is
+    server
+        .client()
+        .batch_execute(
+            "CREATE TABLE public.streams AS SELECT 's'::text AS s FROM generate_series(1, 1000); \
+             ANALYZE public.streams; GRANT SELECT ON public.streams TO payments",
+        )
+        .unwrap();
+    payments.batch_execute("DISCARD TEMP").unwrap();
+    let plan: Vec<String> = payments
+        .query(
+            "EXPLAIN (COSTS OFF) SELECT pg_catalog.max(idem_watermark('pay', s)) FROM streams",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let parallel_safe: bool = payments
+        .query_one(
+            "SELECT p.proparallel = 's' FROM pg_catalog.pg_proc AS p \
+             WHERE p.oid = 'idem_watermark(text, text)'::pg_catalog.regprocedure",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        parallel_safe,
+        plan.iter().any(|line| line.contains("Parallel Seq Scan")),
+        "{plan:?}"
+    );
+    assert_eq!(watermark(&mut payments, "pay"), Ok(vec![Some(7), Some(7)]));
+    assert_eq!(watermark(&mut payments, "ord"), Err("42501".to_string()));
+    server
+        .client()
+        .batch_execute("SELECT idem_revoke_tenant('payments', 'pay')")
+        .unwrap();
+    assert_eq!(watermark(&mut payments, "pay"), Err("42501".to_string()));
+    let log = server.log();
+    assert!(!log.contains("XX000") && !log.contains("PANIC"), "{log}");
+}

@@ -989,6 +989,25 @@ impl ScannedRow<'_> {
     }
 }
 
+/// A new snapshot of the latest committed state, for a scan of `relid` (no catalog). In
+/// parallel mode (a parallel worker, or the leader while it runs a parallel plan) PostgreSQL
+/// refuses GetLatestSnapshot (an internal error); the catalog snapshot for a relation that has
+/// no syscache is taken afresh on every call (GetNonHistoricCatalogSnapshot), in every mode, as
+/// parallel workers read their catalogs: the same latest committed state. A worker and its
+/// leader may take theirs at slightly different moments, as two calls of one statement in a
+/// serial plan do. Inside a transaction; the caller registers the snapshot before it scans.
+fn latest_snapshot(relid: pg_sys::Oid) -> pg_sys::Snapshot {
+    // SAFETY: reads of this backend's transaction state, and snapshots taken as PostgreSQL
+    // takes them for its own scans (the caller is inside a transaction).
+    unsafe {
+        if pg_sys::IsInParallelMode() {
+            pg_sys::GetCatalogSnapshot(relid)
+        } else {
+            pg_sys::GetLatestSnapshot()
+        }
+    }
+}
+
 /// Visits the rows of the table `relid` whose text column `column` equals `key`, through the
 /// btree index `index` when there is one (InvalidOid: a sequential scan), until `visit` returns
 /// true. The rows are those of the latest committed state (a fresh snapshot, as PostgreSQL
@@ -1024,7 +1043,7 @@ pub fn scan_latest_by_text(
         let mut values = vec![pg_sys::Datum::from(0); natts];
         let mut nulls = vec![true; natts];
         let mut scan_key = text_equals((position + 1) as pg_sys::AttrNumber, collation, key);
-        let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+        let snapshot = pg_sys::RegisterSnapshot(latest_snapshot(relid));
         // an index a DBA rebuilt on other columns, with another collation or operator class,
         // or partial, could miss rows: the table is read whole instead
         let attno = (position + 1) as pg_sys::AttrNumber;
