@@ -129,18 +129,13 @@ fn claims_counted(server: &Server) -> i64 {
 fn local_keys(server: &Server) -> i64 {
     // the shards of idem.keys placed on this node, read there
     let mut db = server.client();
-    let shards: Vec<String> = db
-        .query(
-            "SELECT shard_name('idem.keys'::regclass, s.shardid) FROM pg_dist_shard s \
+    let shards: Vec<String> = db.column(
+        "SELECT shard_name('idem.keys'::regclass, s.shardid) FROM pg_dist_shard s \
                JOIN pg_dist_placement p USING (shardid) \
               WHERE s.logicalrelid = 'idem.keys'::regclass \
                 AND p.groupid = (SELECT groupid FROM pg_dist_local_group)",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+        &[],
+    );
     assert!(!shards.is_empty(), "this worker holds shards of idem.keys");
     shards
         .iter()
@@ -609,12 +604,7 @@ fn a_stale_fence_is_refused_together_with_its_business_write() {
             t = q(&tenant)
         ))
         .unwrap();
-        let who: Vec<String> = db
-            .query("SELECT who FROM payments WHERE tenant = $1", &[&tenant])
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let who: Vec<String> = db.column("SELECT who FROM payments WHERE tenant = $1", &[&tenant]);
         assert_eq!(who, ["current"], "{path:?}");
     }
 }
@@ -809,12 +799,7 @@ fn statistics_read_on_the_coordinator_cover_the_cluster() {
         claim_on(&mut db, Path::Delegated, tenant, "stalls", "h", "1 ms");
     }
     thread::sleep(Duration::from_millis(20));
-    let stalled: Vec<String> = db
-        .query("SELECT tenant FROM idem_stalled() ORDER BY tenant", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let stalled: Vec<String> = db.column("SELECT tenant FROM idem_stalled() ORDER BY tenant", &[]);
     let mut expected = tenants.clone();
     expected.sort();
     assert_eq!(stalled, expected);
@@ -990,15 +975,10 @@ fn tenant_grants_hold_on_every_node() {
     }
     db.batch_execute("SELECT idem_revoke_tenant('app', 'acme')")
         .unwrap();
-    let listed: Vec<String> = db
-        .query(
-            "SELECT role::text || '/' || tenant FROM idem_tenant_grants()",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let listed: Vec<String> = db.column(
+        "SELECT role::text || '/' || tenant FROM idem_tenant_grants()",
+        &[],
+    );
     assert_eq!(listed, ["app/globex"]);
     for path in PATHS {
         let denied =

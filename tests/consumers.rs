@@ -14,26 +14,20 @@ use std::time::{Duration, Instant};
 
 use pg_idem_tests::*;
 
-fn consume(db: &mut impl Queryable, tenant: &str, key: &str) -> Result<bool, postgres::Error> {
-    db.query_one_("SELECT idem_consume($1, $2)", &[&tenant, &key])
+fn consume(db: &mut impl GenericClient, tenant: &str, key: &str) -> Result<bool, postgres::Error> {
+    db.query_one("SELECT idem_consume($1, $2)", &[&tenant, &key])
         .map(|r| r.get(0))
 }
 
 fn consume_many(db: &mut Client, tenant: &str, keys: &[&str]) -> Vec<String> {
-    db.query(
+    db.column(
         "SELECT k FROM idem_consume_many($1, $2::text[]) AS k",
         &[&tenant, &keys],
     )
-    .expect("idem_consume_many")
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
 }
 
-fn backend_pid(db: &mut impl Queryable) -> i32 {
-    db.query_one_("SELECT pg_backend_pid()", &[])
-        .unwrap()
-        .get(0)
+fn backend_pid(db: &mut impl GenericClient) -> i32 {
+    db.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0)
 }
 
 /// Waits until the backend `pid` waits for a lock.
@@ -174,15 +168,10 @@ fn a_batch_waits_for_a_duplicate_in_flight_in_another_batch() {
         );
         let mut first = server.client();
         let mut tx = first.transaction().unwrap();
-        let firsts: Vec<String> = tx
-            .query(
-                "SELECT k FROM idem_consume_many('t', $1::text[]) AS k",
-                &[&vec![x.as_str(), y.as_str()]],
-            )
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let firsts: Vec<String> = tx.column(
+            "SELECT k FROM idem_consume_many('t', $1::text[]) AS k",
+            &[&vec![x.as_str(), y.as_str()]],
+        );
         assert_eq!(firsts, [x.clone(), y.clone()]);
         let keys = [z.clone(), y.clone(), x.clone()];
         let (answer, waited) = waiting_for(&server, tx, first_commits, move |db| {
@@ -393,7 +382,7 @@ fn twenty_thousand_messages_in_one_transaction_take_no_lock_each() {
             .unwrap()
             .get(0)
     };
-    tx.query_one_(
+    tx.query_one(
         "SELECT count(idem_consume('t', 'single-' || g)) FROM generate_series(1, 100) AS g",
         &[],
     )
@@ -499,14 +488,10 @@ fn complete_many_is_all_or_nothing() {
     let mut db = server.client();
     db.batch_execute("CREATE TABLE orders (key text)").unwrap();
     let claim_batch = |db: &mut Client, keys: &[&str]| -> Vec<i64> {
-        db.query(
+        db.column(
             "SELECT fence FROM idem_claim_many('t', $1::text[], array_fill(''::text, ARRAY[cardinality($1::text[])]))",
             &[&keys],
         )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
     };
     let fences = claim_batch(&mut db, &["a", "b", "c"]);
     let rows = db

@@ -753,15 +753,10 @@ fn a_hot_standby_answers_replays_refuses_writes_and_purges_only_once_promoted() 
             .get(0);
         assert!(!processed, "{key} on a hot standby");
     }
-    let already: Vec<String> = hot
-        .query(
-            "SELECT * FROM idem_consume_many($1, ARRAY['message-1', 'done'])",
-            &[&TENANT],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let already: Vec<String> = hot.column(
+        "SELECT * FROM idem_consume_many($1, ARRAY['message-1', 'done'])",
+        &[&TENANT],
+    );
     assert!(already.is_empty(), "{already:?}");
 
     // new claims and every write: 25006, and the session goes on

@@ -17,10 +17,8 @@ fn locks_of(monitor: &mut Client, pid: i32) -> i64 {
         .get(0)
 }
 
-fn backend_pid(db: &mut impl Queryable) -> i32 {
-    db.query_one_("SELECT pg_backend_pid()", &[])
-        .unwrap()
-        .get(0)
+fn backend_pid(db: &mut impl GenericClient) -> i32 {
+    db.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0)
 }
 
 fn fence(c: &Claim) -> i64 {
@@ -30,7 +28,7 @@ fn fence(c: &Claim) -> i64 {
 /// Claims `n` fresh keys one by one (`idem_claim`) or in one batch (`idem_claim_many`), in the
 /// transaction `tx`; returns how many were claimed.
 fn try_claim_fresh(
-    tx: &mut impl Queryable,
+    tx: &mut impl GenericClient,
     prefix: &str,
     n: i32,
     batch: bool,
@@ -44,7 +42,7 @@ fn try_claim_fresh(
         "SELECT count(*) FROM generate_series(1, $2) AS g, idem_claim('t', $1 || g, 'h') AS c \
          WHERE c.outcome = 'claimed'"
     };
-    tx.query_one_(sql, &[&prefix, &n]).map(|row| row.get(0))
+    tx.query_one(sql, &[&prefix, &n]).map(|row| row.get(0))
 }
 
 /// `sessions` sessions each claim `per_session` keys in one open transaction; while all are
@@ -351,16 +349,11 @@ fn engine_writes_reach_logical_decoding_and_survive_a_crash() {
     )
     .unwrap();
     tx.commit().unwrap();
-    let changes: Vec<String> = db
-        .query(
-            "SELECT data FROM pg_logical_slot_get_changes('idem', NULL, NULL) \
+    let changes: Vec<String> = db.column(
+        "SELECT data FROM pg_logical_slot_get_changes('idem', NULL, NULL) \
               WHERE data LIKE 'table idem.keys:%'",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+        &[],
+    );
     let kinds: Vec<&str> = changes
         .iter()
         .map(|c| c.split(':').nth(1).unwrap_or("").trim())
@@ -510,15 +503,10 @@ fn a_column_with_a_missing_value_is_always_written() {
     assert!(consumed);
     let first = claim(&mut db, "t", "request", "h");
     complete(&mut db, "t", "request", fence(&first), 200, "{}");
-    let stale: Vec<String> = db
-        .query(
-            "SELECT key FROM idem.keys WHERE checkpoint_data IS NOT NULL ORDER BY key",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let stale: Vec<String> = db.column(
+        "SELECT key FROM idem.keys WHERE checkpoint_data IS NOT NULL ORDER BY key",
+        &[],
+    );
     assert!(
         stale.is_empty(),
         "rows that read the missing value: {stale:?}"

@@ -22,7 +22,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use pg_idem_tests::{
-    as_server_user, skip_test, sqlstate, try_claim, wait_for, Claim, Client, NoTls,
+    as_server_user, skip_test, sqlstate, try_claim, wait_for, Claim, Client, Column, NoTls,
 };
 
 /// Expired keys left for the purge worker: a hundred purge transactions (batches of 1000) while
@@ -473,15 +473,9 @@ fn amcheck(db: &mut Client, when: &str) {
     db.batch_execute("CREATE EXTENSION IF NOT EXISTS amcheck")
         .expect("CREATE EXTENSION amcheck");
     let tables: Vec<String> = db
-        .query(
-            "SELECT c.oid::regclass::text FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace \
+        .column("SELECT c.oid::regclass::text FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace \
               WHERE n.nspname = 'idem' AND c.relkind = 'r' ORDER BY 1",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+            &[],);
     assert!(
         tables.iter().any(|t| t == "idem.keys"),
         "no idem.keys among {tables:?}"
@@ -499,14 +493,8 @@ fn amcheck(db: &mut Client, when: &str) {
             found.push(format!("verify_heapam({table}): {}", row.get::<_, String>(0)));
         }
         let indexes: Vec<String> = db
-            .query(
-                "SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = $1::text::regclass ORDER BY 1",
-                &[table],
-            )
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+            .column("SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = $1::text::regclass ORDER BY 1",
+                &[table],);
         for index in indexes {
             if let Err(e) = db.execute(
                 "SELECT bt_index_parent_check($1::text::regclass, heapallindexed => true)",

@@ -107,12 +107,10 @@ fn expired_keys_vanish_within_two_intervals_and_live_ones_stay() {
     assert_eq!(total, 2001);
     assert!(passed);
     assert!(["idle", "purging"].contains(&state.as_str()), "{state}");
-    let kinds: Vec<String> = db
-        .query("SELECT backend_type FROM pg_stat_activity WHERE backend_type LIKE 'pg_idem%' ORDER BY 1", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let kinds: Vec<String> = db.column(
+        "SELECT backend_type FROM pg_stat_activity WHERE backend_type LIKE 'pg_idem%' ORDER BY 1",
+        &[],
+    );
     assert_eq!(kinds, vec!["pg_idem launcher", "pg_idem purge"]);
     // the worker's deletions reach the table statistics while it runs on (autovacuum and
     // pg_stat_user_tables count them), not only when it exits

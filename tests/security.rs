@@ -150,19 +150,13 @@ fn definer_functions_pin_their_search_path() {
         "no SECURITY DEFINER function of pg_idem found"
     );
     let unpinned: Vec<String> = db
-        .query(
-            &format!(
+        .column(&format!(
                 "SELECT p.oid::regprocedure::text FROM pg_proc p \
                  WHERE {} AND p.prosecdef \
                    AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false)",
                 is_pg_idem_function()
             ),
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+            &[],);
     assert!(
         unpinned.is_empty(),
         "SECURITY DEFINER functions without a pinned search_path: {unpinned:?}"
@@ -339,25 +333,15 @@ fn hostile_session_runs_everything(server: &Server) {
         .unwrap()
         .get(0);
     assert!(!again);
-    let new: Vec<String> = app
-        .query(
-            "SELECT * FROM idem_consume_many('t', ARRAY['msg-1', 'msg-2', 'msg-2'])",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let new: Vec<String> = app.column(
+        "SELECT * FROM idem_consume_many('t', ARRAY['msg-1', 'msg-2', 'msg-2'])",
+        &[],
+    );
     assert_eq!(new, vec!["msg-2".to_string()]);
-    let batch: Vec<i64> = app
-        .query(
-            "SELECT fence FROM idem_claim_many('t', ARRAY['b1', 'b2'], ARRAY['h', 'h'])",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let batch: Vec<i64> = app.column(
+        "SELECT fence FROM idem_claim_many('t', ARRAY['b1', 'b2'], ARRAY['h', 'h'])",
+        &[],
+    );
     let completed = app
         .query(
             "SELECT * FROM idem_complete_many('t', ARRAY['b1', 'b2'], $1, ARRAY[200, 201])",
@@ -388,11 +372,7 @@ fn hostile_session_runs_everything(server: &Server) {
     assert_eq!(rows, 0);
     let mut admin = server.client();
     let owners: Vec<String> = admin
-        .query("SELECT DISTINCT r.rolname::text FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner WHERE c.relnamespace = 'idem'::regnamespace", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+        .column("SELECT DISTINCT r.rolname::text FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner WHERE c.relnamespace = 'idem'::regnamespace", &[]);
     assert_eq!(owners, vec![pg_idem_owner().to_string()]);
     let superuser: bool = admin
         .query_one("SELECT rolsuper FROM pg_roles WHERE rolname = 'app'", &[])

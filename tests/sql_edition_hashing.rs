@@ -1159,15 +1159,10 @@ fn uuid_v7_times_are_read_as_native_reads_them() {
     let mut db = server.client();
     load(&mut db);
     // keys made by native idem_new_key(), in every spelling: the time the test reads
-    let keys: Vec<String> = db
-        .query(
-            "SELECT idem_new_key()::text FROM generate_series(1, 50)",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let keys: Vec<String> = db.column(
+        "SELECT idem_new_key()::text FROM generate_series(1, 50)",
+        &[],
+    );
     for key in &keys {
         let expected = unix_ms_of(key);
         for spelling in spellings(key) {
@@ -1271,15 +1266,9 @@ fn new_uuid_v7_makes_time_ordered_unique_uuidv7() {
     load(&mut db);
     let before = unix_ms_now();
     let keys: Vec<String> = db
-        .query(
-            "SELECT k::text FROM (SELECT idem.new_uuid_v7() AS k, g FROM generate_series(1, 10000) AS g) AS s \
+        .column("SELECT k::text FROM (SELECT idem.new_uuid_v7() AS k, g FROM generate_series(1, 10000) AS g) AS s \
              ORDER BY g",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+            &[],);
     let after = unix_ms_now();
     assert_eq!(keys.len(), 10_000);
     let distinct: std::collections::HashSet<&String> = keys.iter().collect();

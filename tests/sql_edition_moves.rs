@@ -115,7 +115,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use pg_idem_tests::managed::{self, ManagedServer};
-use pg_idem_tests::{as_server_user, bindir, major, sqlstate, Client, NoTls, Server};
+use pg_idem_tests::{as_server_user, bindir, major, sqlstate, Client, Column, NoTls, Server};
 
 const ADMIN: &str = managed::ADMIN;
 const USER: &str = managed::USER;
@@ -913,16 +913,10 @@ fn check_target(target: &Side, before: &Before, floor_before: i64) {
         .query_one("SELECT outcome FROM idem_claim('t3', 'k', 'h')", &[])
         .expect_err("app_user has no grant on t3");
     assert_eq!(sqlstate(&err), "42501", "{name}: {err:?}");
-    let grants: Vec<String> = target
-        .owner_client()
-        .query(
-            "SELECT role::text || '/' || tenant FROM idem.tenant_grants ORDER BY 1",
-            &[],
-        )
-        .expect("grants")
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let grants: Vec<String> = target.owner_client().column(
+        "SELECT role::text || '/' || tenant FROM idem.tenant_grants ORDER BY 1",
+        &[],
+    );
     assert_eq!(grants, ["app_user/t1", "app_user/t2"], "{name}");
 
     if before.watermarks {
@@ -943,16 +937,10 @@ fn check_watermarks(target: &Side, db: &mut Client) {
         }
         Err(e) => panic!("{name}: idem_watermark: {e:?}"),
     };
-    let rows: Vec<String> = target
-        .owner_client()
-        .query(
-            "SELECT tenant || '/' || stream || '=' || watermark FROM idem.watermarks ORDER BY 1",
-            &[],
-        )
-        .expect("watermarks")
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let rows: Vec<String> = target.owner_client().column(
+        "SELECT tenant || '/' || stream || '=' || watermark FROM idem.watermarks ORDER BY 1",
+        &[],
+    );
     assert_eq!(
         rows,
         ["t1/partition-0=1234", "t2/p1=7"],

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pg_idem_tests::managed::{self, ManagedServer};
-use pg_idem_tests::{current_version, simple_one, Client, Server};
+use pg_idem_tests::{current_version, simple_one, Client, Column, Server};
 
 /// The made-up NEW release: OLD with its patch version raised.
 fn new_version() -> String {
@@ -182,21 +182,16 @@ fn admin_client(server: &Server, dbname: &str) -> Client {
 
 /// Everything an update must make equal to a fresh install, one line per object.
 fn catalog(db: &mut Client) -> Vec<String> {
-    let mut lines: Vec<String> = db
-        .query(
-            "SELECT pg_catalog.format('%s | %s | %s | %s', p.oid::pg_catalog.regprocedure,
+    let mut lines: Vec<String> = db.column(
+        "SELECT pg_catalog.format('%s | %s | %s | %s', p.oid::pg_catalog.regprocedure,
                     pg_catalog.pg_get_functiondef(p.oid),
                     pg_catalog.obj_description(p.oid, 'pg_proc'), p.proacl)
                FROM pg_catalog.pg_proc AS p
               WHERE p.pronamespace = 'idem'::pg_catalog.regnamespace
                  OR (p.pronamespace = 'public'::pg_catalog.regnamespace AND p.proname LIKE 'idem%')
               ORDER BY 1",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+        &[],
+    );
     lines.extend(
         db.query(
             "SELECT pg_catalog.format('%s.%s %s %s %s', c.table_name, c.column_name, c.data_type,

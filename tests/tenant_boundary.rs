@@ -231,11 +231,7 @@ fn an_open_purge_holds_no_other_tenants_keys() {
     shop.batch_execute("COMMIT").unwrap();
     let left: Vec<String> = server
         .client()
-        .query("SELECT tenant || '/' || key FROM idem.keys ORDER BY 1", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+        .column("SELECT tenant || '/' || key FROM idem.keys ORDER BY 1", &[]);
     assert_eq!(left, ["bank/expired", "bank/expired-2", "bank/live"]);
     // a superuser purges every tenant (on a managed service only the service has one)
     let c = claim_with(&mut shop, "shop", "expired-3", "h", "1 ms", Some("1 ms"));

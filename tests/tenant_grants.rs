@@ -251,15 +251,10 @@ fn the_tenant_check_answers_in_a_parallel_query() {
         )
         .unwrap();
     payments.batch_execute("DISCARD TEMP").unwrap();
-    let plan: Vec<String> = payments
-        .query(
-            "EXPLAIN (COSTS OFF) SELECT pg_catalog.max(idem_watermark('pay', s)) FROM streams",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let plan: Vec<String> = payments.column(
+        "EXPLAIN (COSTS OFF) SELECT pg_catalog.max(idem_watermark('pay', s)) FROM streams",
+        &[],
+    );
     let parallel_safe: bool = payments
         .query_one(
             "SELECT p.proparallel = 's' FROM pg_catalog.pg_proc AS p \

@@ -96,11 +96,7 @@ SELECT line FROM (
 ORDER BY line"#;
 
 fn describe(db: &mut Client) -> BTreeSet<String> {
-    db.query(DESCRIBE, &[])
-        .expect("describe the extension")
-        .iter()
-        .map(|r| r.get::<_, String>(0))
-        .collect()
+    db.column::<String>(DESCRIBE, &[]).into_iter().collect()
 }
 
 /// idem.keys' columns as 0.1.0 to 0.4.0 created them, and as a fresh install creates them now.
@@ -141,16 +137,12 @@ const KEYS_ORDER: [&str; 15] = [
 
 /// The names of idem.keys' columns, in order.
 fn keys_order(db: &mut Client) -> Vec<String> {
-    db.query(
+    db.column(
         "SELECT attname::text FROM pg_catalog.pg_attribute
           WHERE attrelid = 'idem.keys'::regclass AND attnum > 0 AND NOT attisdropped
           ORDER BY attnum",
         &[],
     )
-    .unwrap()
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
 }
 
 /// The description without the positions of idem.keys' columns (in their own lines, and in the
@@ -215,15 +207,10 @@ fn update_from_the_released_version_keeps_every_key() {
         &[&stalled.fence.unwrap()],
     )
     .unwrap();
-    let batch: Vec<String> = db
-        .query(
-            "SELECT outcome FROM idem_claim_many('initech', ARRAY['b1', 'b2'], ARRAY['h', 'h'])",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let batch: Vec<String> = db.column(
+        "SELECT outcome FROM idem_claim_many('initech', ARRAY['b1', 'b2'], ARRAY['h', 'h'])",
+        &[],
+    );
     assert_eq!(batch, ["claimed", "claimed"]);
     let released = claim(&mut db, "acme", "released", "h");
     db.execute(
@@ -328,19 +315,13 @@ fn update_from_the_released_version_keeps_every_key() {
     assert!(!consumed(&mut db, "message-1"));
     // 0.4.0: the request path runs with the caller's rights (no SECURITY DEFINER, no SET)
     let definers: Vec<String> = db
-        .query(
-            "SELECT p.proname::text FROM pg_proc p \
+        .column("SELECT p.proname::text FROM pg_proc p \
               JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e' \
               JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_idem' \
              WHERE p.proname IN ('idem_claim', 'idem_complete', 'idem_fail_final', 'idem_release', \
                                  'idem_heartbeat', 'idem_checkpoint', 'idem_assert_fence', 'idem_consume') \
                AND (p.prosecdef OR p.proconfig IS NOT NULL)",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+            &[],);
     assert!(
         definers.is_empty(),
         "still SECURITY DEFINER or SET after the update: {definers:?}"

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub use postgres::{Client, NoTls};
+pub use postgres::{Client, GenericClient, NoTls};
 
 pub mod managed;
 
@@ -472,14 +472,10 @@ pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bo
 /// Each row is a jsonb object, whose keys are the column names in jsonb's own order: the same for
 /// tables whose columns are in different orders (an updated one and a fresh install's).
 pub fn all_keys(db: &mut Client) -> Vec<String> {
-    db.query(
+    db.column(
         "SELECT pg_catalog.to_jsonb(k)::text FROM idem.keys k ORDER BY tenant, key",
         &[],
     )
-    .expect("read idem.keys")
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
 }
 
 /// One row of idem_claim.
@@ -510,54 +506,49 @@ fn claim_from_row(row: &postgres::Row) -> Claim {
     }
 }
 
-/// Anything that runs queries: a Client or a Transaction.
-pub trait Queryable {
-    fn query_one_(
+/// The first column of every row a query returns (a list of texts, numbers, ...), for any
+/// `postgres::GenericClient` (a Client or a Transaction); panics naming the query when it fails.
+pub trait Column {
+    fn column<T: for<'a> postgres::types::FromSql<'a>>(
         &mut self,
         sql: &str,
         params: &[&(dyn postgres::types::ToSql + Sync)],
-    ) -> Result<postgres::Row, postgres::Error>;
+    ) -> Vec<T>;
 }
 
-impl Queryable for Client {
-    fn query_one_(
+impl<C: GenericClient> Column for C {
+    fn column<T: for<'a> postgres::types::FromSql<'a>>(
         &mut self,
         sql: &str,
         params: &[&(dyn postgres::types::ToSql + Sync)],
-    ) -> Result<postgres::Row, postgres::Error> {
-        self.query_one(sql, params)
-    }
-}
-
-impl Queryable for postgres::Transaction<'_> {
-    fn query_one_(
-        &mut self,
-        sql: &str,
-        params: &[&(dyn postgres::types::ToSql + Sync)],
-    ) -> Result<postgres::Row, postgres::Error> {
-        self.query_one(sql, params)
+    ) -> Vec<T> {
+        self.query(sql, params)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
     }
 }
 
 /// idem_claim with optional lease and ttl (as interval text such as "100 ms").
 pub fn try_claim(
-    db: &mut impl Queryable,
+    db: &mut impl GenericClient,
     tenant: &str,
     key: &str,
     hash: &str,
     lease: Option<&str>,
     ttl: Option<&str>,
 ) -> Result<Claim, postgres::Error> {
-    db.query_one_(CLAIM_SQL, &[&tenant, &key, &hash, &lease, &ttl])
+    db.query_one(CLAIM_SQL, &[&tenant, &key, &hash, &lease, &ttl])
         .map(|r| claim_from_row(&r))
 }
 
-pub fn claim(db: &mut impl Queryable, tenant: &str, key: &str, hash: &str) -> Claim {
+pub fn claim(db: &mut impl GenericClient, tenant: &str, key: &str, hash: &str) -> Claim {
     try_claim(db, tenant, key, hash, None, None).expect("idem_claim")
 }
 
 pub fn claim_with(
-    db: &mut impl Queryable,
+    db: &mut impl GenericClient,
     tenant: &str,
     key: &str,
     hash: &str,
@@ -568,14 +559,14 @@ pub fn claim_with(
 }
 
 pub fn try_complete(
-    db: &mut impl Queryable,
+    db: &mut impl GenericClient,
     tenant: &str,
     key: &str,
     fence: i64,
     code: i32,
     body: &str,
 ) -> Result<(), postgres::Error> {
-    db.query_one_(
+    db.query_one(
         "SELECT idem_complete($1, $2, $3, $4, $5::text::jsonb)",
         &[&tenant, &key, &fence, &code, &body],
     )
@@ -583,7 +574,7 @@ pub fn try_complete(
 }
 
 pub fn complete(
-    db: &mut impl Queryable,
+    db: &mut impl GenericClient,
     tenant: &str,
     key: &str,
     fence: i64,
