@@ -31,6 +31,84 @@ CREATE TYPE idem.owner_settings AS (
     max_batch_keys integer
 );
 
+-- Whether idem.keys is as pg_idem created it (src/store/definition.rs): while one of pg_idem's
+-- own columns has another type, typmod, collation or NULL rule, or is generated, dropped or
+-- renamed, every call is refused with 55000, as natively (an expires_at of type timestamp
+-- would otherwise replay keys by each session's TimeZone). Columns of the DBA's, defaults,
+-- triggers and rules are allowed. Declared IMMUTABLE, which it is not, on purpose: the planner
+-- runs it once when it plans the statement of idem.owner_settings below (a constant, folded
+-- away), and that plan is kept until idem.keys changes (the statement names
+-- 'idem.keys'::regclass, which PostgreSQL's plan cache watches, as it watches a sequence named
+-- by nextval): the check is paid once per session and per change of the table, not per call.
+CREATE FUNCTION idem.keys_as_created() RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    c record;
+    difference text;
+BEGIN
+    FOR c IN
+        SELECT e.name, e.type, e.nulls, e.coll, e.also, a.attname IS NOT NULL AS found,
+               a.atttypid, a.atttypmod, a.attcollation, a.attnotnull,
+               a.attidentity OPERATOR(pg_catalog.<>) '' OR a.attgenerated OPERATOR(pg_catalog.<>) '' AS generated
+          FROM (VALUES
+                (1, 'purge_after', 'pg_catalog.timestamptz'::pg_catalog.regtype, 'never', 0, 0),
+                (2, 'fence', 'pg_catalog.int8'::pg_catalog.regtype, 'message', 0, 0),
+                (3, 'claimed_at', 'pg_catalog.timestamptz'::pg_catalog.regtype, 'message', 0, 0),
+                (4, 'expires_at', 'pg_catalog.timestamptz'::pg_catalog.regtype, 'message', 0, 0),
+                (5, 'ttl', 'pg_catalog.interval'::pg_catalog.regtype, 'message', 0, 0),
+                (6, 'state', 'pg_catalog."char"'::pg_catalog.regtype, 'never', 0, 0),
+                (7, 'tenant', 'pg_catalog.text'::pg_catalog.regtype, 'never', 100, 950),
+                (8, 'key', 'pg_catalog.text'::pg_catalog.regtype, 'never', 950, 950),
+                (9, 'attempt', 'pg_catalog.int4'::pg_catalog.regtype, 'message', 0, 0),
+                (10, 'response_code', 'pg_catalog.int4'::pg_catalog.regtype, 'allowed', 0, 0),
+                (11, 'lease_expires_at', 'pg_catalog.timestamptz'::pg_catalog.regtype, 'allowed', 0, 0),
+                (12, 'request_hash', 'pg_catalog.bytea'::pg_catalog.regtype, 'message', 0, 0),
+                (13, 'response_body', 'pg_catalog.jsonb'::pg_catalog.regtype, 'allowed', 0, 0),
+                (14, 'checkpoint_phase', 'pg_catalog.text'::pg_catalog.regtype, 'allowed', 100, 100),
+                (15, 'checkpoint_data', 'pg_catalog.jsonb'::pg_catalog.regtype, 'allowed', 0, 0)
+               ) AS e(ord, name, type, nulls, coll, also)
+          LEFT JOIN pg_catalog.pg_attribute AS a
+            ON a.attrelid OPERATOR(pg_catalog.=) 'idem.keys'::pg_catalog.regclass
+           AND a.attname OPERATOR(pg_catalog.=) e.name AND a.attnum OPERATOR(pg_catalog.>) 0
+           AND NOT a.attisdropped
+         ORDER BY e.ord
+    LOOP
+        difference := CASE
+            WHEN NOT c.found THEN
+                pg_catalog.format('Column %s is missing (dropped or renamed).', c.name)
+            WHEN c.atttypid OPERATOR(pg_catalog.<>) c.type::pg_catalog.oid OR c.atttypmod OPERATOR(pg_catalog.<>) -1 THEN
+                pg_catalog.format('Column %s has type %s; pg_idem stores %s there.', c.name,
+                    pg_catalog.format_type(c.atttypid, c.atttypmod), pg_catalog.format_type(c.type, NULL))
+            WHEN c.attcollation::pg_catalog.int4 OPERATOR(pg_catalog.<>) c.coll
+                 AND c.attcollation::pg_catalog.int4 OPERATOR(pg_catalog.<>) c.also THEN
+                pg_catalog.format('Column %s has collation %s; pg_idem created it with %s.', c.name,
+                    COALESCE((SELECT '"' OPERATOR(pg_catalog.||) l.collname OPERATOR(pg_catalog.||) '"'
+                                FROM pg_catalog.pg_collation AS l
+                               WHERE l.oid OPERATOR(pg_catalog.=) c.attcollation), 'none'),
+                    (SELECT '"' OPERATOR(pg_catalog.||) l.collname OPERATOR(pg_catalog.||) '"'
+                       FROM pg_catalog.pg_collation AS l
+                      WHERE l.oid::pg_catalog.int4 OPERATOR(pg_catalog.=) c.coll))
+            WHEN c.nulls OPERATOR(pg_catalog.<>) 'never' AND c.attnotnull THEN
+                -- the SQL edition writes message rows without these (0.5.0 created them so)
+                pg_catalog.format('Column %s is NOT NULL; pg_idem stores NULL there.', c.name)
+            WHEN c.nulls OPERATOR(pg_catalog.=) 'never' AND NOT c.attnotnull THEN
+                pg_catalog.format('Column %s allows NULL; pg_idem relies on it being NOT NULL.', c.name)
+            WHEN c.generated THEN
+                pg_catalog.format('Column %s is an identity or generated column; pg_idem writes its values itself.', c.name)
+        END;
+        IF difference IS NOT NULL THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'object_not_in_prerequisite_state',
+                MESSAGE = 'idem.keys is not the table pg_idem created',
+                DETAIL = difference,
+                HINT = 'Undo the change with ALTER TABLE idem.keys (pg_idem''s own columns must keep the type, collation and NOT NULL that CREATE EXTENSION gave them). Columns of your own, defaults, triggers and rules are allowed: README, Operations.';
+        END IF;
+    END LOOP;
+    RETURN true;
+END
+$$;
+
 -- PL/pgSQL, not SQL: a SQL function with an aggregate is never inlined, and called from
 -- PL/pgSQL it would be planned anew at every call (70 us); this one keeps its plan.
 CREATE FUNCTION idem.owner_settings() RETURNS idem.owner_settings
@@ -42,7 +120,10 @@ DECLARE
     result idem.owner_settings := ROW(false, 255, 1048576, 1000);
     setting record;
 BEGIN
-    FOR setting IN SELECT s.name, s.value FROM idem.settings AS s LOOP
+    -- idem.keys_as_created() runs when this statement is planned, and the plan is kept until
+    -- idem.keys changes (the regclass constant): see above
+    FOR setting IN SELECT s.name, s.value, 'idem.keys'::pg_catalog.regclass AS keys
+                     FROM idem.settings AS s WHERE idem.keys_as_created() LOOP
         CASE setting.name
         WHEN 'pg_idem.tenant_grants' THEN
             result.tenant_grants := setting.value::pg_catalog.bool;
