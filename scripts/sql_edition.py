@@ -67,6 +67,8 @@ PARALLEL_UNSAFE_HERE = {"idem_watermark_wrapper"}
 FIRST_RELEASE = "0.5.0"
 # dollar tags a body may not contain: the function's own and pg_tle's wrapper's
 BODY_TAG = "$pg_idem$"
+# in a function body: this version (sql/edition/functions/idem_version_wrapper.sql)
+VERSION_TAG = "@PG_IDEM_VERSION@"
 TLE_TAG = "$_pg_idem_tle_$"
 PG_TLE_RESERVED = ("$_pgtle_o_$", "$_pgtle_i_$")
 
@@ -197,7 +199,8 @@ def body_of(sym, function, used):
     for tag in (BODY_TAG, TLE_TAG) + PG_TLE_RESERVED:
         if tag in text:
             fail(f"{path.relative_to(ROOT)} contains the dollar tag {tag}")
-    return language, text
+    # idem_version(): a plain install has no catalog row that records its version
+    return language, text.replace(VERSION_TAG, version())
 
 
 def replace_c_functions(text, used):
@@ -340,11 +343,40 @@ IN_EXTENSION = """EXISTS (SELECT FROM pg_catalog.pg_depend AS d
                           AND d.deptype OPERATOR(pg_catalog.=) 'e')"""
 
 
+# A plain update refuses a database that is not at the version it updates from: run twice, or
+# out of order, its step 1 would change tables the wrong way.
+UPDATE_GUARD = """DO $pg_idem_update$
+DECLARE
+    installed text;
+BEGIN
+    IF pg_catalog.to_regprocedure('idem_version()') IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = 'pg_idem update: no pg_idem SQL edition found through the search_path',
+            DETAIL = 'This file updates pg_idem @OLD@ to @NEW@; idem_version() is not found.',
+            HINT = 'Set search_path to the schema pg_idem was installed into, then run the file again.';
+    END IF;
+    EXECUTE 'SELECT idem_version()' INTO installed;
+    IF installed IS DISTINCT FROM '@OLD@' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = pg_catalog.format('pg_idem update: this file updates @OLD@ to @NEW@, and this database has %s', installed),
+            DETAIL = 'Nothing was changed.',
+            HINT = pg_catalog.format('Run pg_idem--%s--@NEW@.sql (or the updates from %s on, in order); none is needed when it is @NEW@ already.', installed, installed);
+    END IF;
+END
+$pg_idem_update$;
+"""
+
+
 def update_script(old, plain):
     """The update from the SQL edition `old` to this version (see the module's documentation)."""
     new = version()
     used = set()
     parts = ["SET LOCAL check_function_bodies = off;\n"]
+    if plain:
+        # ALTER EXTENSION knows the version it updates from; a plain file must check it
+        parts.append(UPDATE_GUARD.replace("@OLD@", old).replace("@NEW@", new))
     for path in update_chain(old, new):
         text = replace_c_functions(path.read_text(), used)
         parts.append(f"-- from sql/{path.name}\n{for_install(text, plain)}")

@@ -132,3 +132,10 @@ AS 'MODULE_PATHNAME', 'idem_new_key_wrapper';
 
 COMMENT ON FUNCTION idem_new_key() IS
 'A new UUIDv7: time-ordered, so keys that arrive together sit together in the index';
+
+CREATE FUNCTION idem_version() RETURNS text
+LANGUAGE c STABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'idem_version_wrapper';
+
+COMMENT ON FUNCTION idem_version() IS
+'The version of pg_idem that answers: natively its library (pg_extension has its SQL objects''), in the SQL edition its install; an update starts from this version';

@@ -16,6 +16,16 @@ ALTER TABLE idem.keys
     ALTER COLUMN attempt DROP NOT NULL,
     ALTER COLUMN request_hash DROP NOT NULL;
 
+-- idem_version(): the version that answers, natively the library's (pg_extension has the SQL
+-- objects'). A plain install of the SQL edition has no row in pg_extension: this is how its
+-- owner tells which update file to run, and its plain updates refuse another version.
+CREATE FUNCTION idem_version() RETURNS text
+LANGUAGE c STABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'idem_version_wrapper';
+
+COMMENT ON FUNCTION idem_version() IS
+'The version of pg_idem that answers: natively its library (pg_extension has its SQL objects''), in the SQL edition its install; an update starts from this version';
+
 -- Any write to idem.tenant_grants (a restore's COPY, a row inserted or deleted by hand), not
 -- only idem_grant_tenant's and idem_revoke_tenant's, tells every backend that keeps answers
 -- about the grants (sql/tenants.sql). On a Citus cluster whose grants are a reference table

@@ -515,3 +515,14 @@ fn stale_uuidv7_keys_are_refused_when_asked() {
         "claimed"
     );
 }
+
+/// A plain install of the SQL edition has no row in pg_extension: idem_version() is how its
+/// owner (and a DBA with either edition) tells which version answers, and so which update to
+/// run. Natively it is the library's version.
+#[test]
+fn idem_version_is_the_version_that_answers() {
+    let server = Server::start(&[]);
+    let mut db = server.client();
+    let version: String = db.query_one("SELECT idem_version()", &[]).unwrap().get(0);
+    assert_eq!(version, current_version());
+}

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pg_idem_tests::managed::{self, ManagedServer};
-use pg_idem_tests::{current_version, simple_one, Client, Column, Server};
+use pg_idem_tests::{current_version, simple_one, sqlstate, Client, Column, Server};
 
 /// The made-up NEW release: OLD with its patch version raised.
 fn new_version() -> String {
@@ -310,11 +310,22 @@ fn the_plain_update_makes_a_database_what_a_fresh_install_is() {
         ))
         .expect("plain install of NEW");
     assert_eq!(catalog(&mut updated), catalog(&mut fresh));
-    // an update runs once: run again, it fails (its native part creates what exists) and,
-    // run in one transaction, changes nothing
-    updated
+    let answers = simple_one(&mut updated, "SELECT idem_version()").unwrap();
+    assert_eq!(answers.as_deref(), Some(new_version().as_str()));
+    // an update runs once: run again, its first statement refuses (the database is at NEW
+    // already, and says so), and nothing changes
+    let err = updated
         .batch_execute(&format!("BEGIN;\n{}\nCOMMIT;", releases.update_plain))
         .expect_err("the plain update twice");
+    assert_eq!(sqlstate(&err), "55000", "{err:?}");
+    let message = err
+        .as_db_error()
+        .map(|e| e.message().to_owned())
+        .unwrap_or_default();
+    assert!(
+        message.ends_with(&format!("and this database has {}", new_version())),
+        "{message}"
+    );
     updated.batch_execute("ROLLBACK").unwrap();
     assert_eq!(catalog(&mut updated), catalog(&mut fresh));
     plain_update_out_of_a_transaction_drops_nothing(&server, &releases);

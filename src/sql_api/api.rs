@@ -224,6 +224,14 @@ fn idem_new_key() -> pgrx::Uuid {
     pgrx::Uuid::from_bytes(*hashing::new_uuid_v7().as_bytes())
 }
 
+/// The library's version: what answers a call. `\dx` shows the version of the extension's SQL
+/// objects, which `ALTER EXTENSION pg_idem UPDATE` brings up to it. (The SQL edition's body is
+/// its install's version, which no catalog records for a plain install.)
+#[pg_extern(sql = false)]
+fn idem_version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
 /// In-server tests: each runs inside one transaction that is rolled back afterwards; what needs
 /// several sessions is tested through real client connections in tests/.
 #[cfg(any(test, feature = "pg_test"))]
