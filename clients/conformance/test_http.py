@@ -109,6 +109,17 @@ def test_a_malformed_key_is_400(target, db, raw):
     assert payment_rows(db, tenant) == []
 
 
+def test_a_body_over_the_limit_is_413_and_nothing_runs(target, db):
+    tenant, key = fresh()
+    limit = DEFAULTS["max_body_bytes"]
+    body = b'{"amount":1,"pad":"' + b"x" * limit + b'"}'
+    r = post(target, "/payments", body, key, tenant)
+    assert (r.status, r.body) == (413, error_body("payload_too_large"))
+    assert payment_rows(db, tenant) == []
+    # the key was never claimed: a request within the limit runs
+    assert post(target, "/payments", {"amount": 1}, key, tenant).status == 201
+
+
 def test_a_json_response_replays_byte_for_byte(target, db):
     tenant, key = fresh()
     first = post(target, "/payments", {"amount": 1250}, key, tenant)

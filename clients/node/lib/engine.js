@@ -26,7 +26,7 @@ function resolveOptions(options = {}) {
     statementTimeoutMs: options.statementTimeoutMs ?? defaults.statement_timeout_ms,
     idleInTransactionTimeoutMs: options.idleInTransactionTimeoutMs ?? defaults.idle_in_transaction_timeout_ms,
     retryAfterSeconds: options.retryAfterSeconds ?? defaults.retry_after_seconds,
-    limit: options.limit ?? 1024 * 1024,
+    limit: options.limit ?? core.contract.defaults.max_body_bytes,
     log: options.log ?? ((err) => console.error('pg-idem-http:', err)),
   };
 }

@@ -17,6 +17,7 @@ function idempotency(options) {
     try {
       body = await readRawBody(req, cfg.limit);
     } catch (err) {
+      if (err.status === 413) return send(res, core.errorResponse('payload_too_large'));
       return next(err);
     }
     const parsed = parseBody(req, body);

@@ -45,7 +45,14 @@ function keepRawBody(cfg) {
     let size = 0;
     for await (const chunk of payload) {
       size += chunk.length;
-      if (size > cfg.limit) throw Object.assign(new Error('request entity too large'), { statusCode: 413 });
+      if (size > cfg.limit) {
+        // the contract's 413, not Fastify's error shape; the rest of the body is not read
+        const r = core.errorResponse('payload_too_large');
+        reply.code(r.status);
+        for (const [name, value] of r.headers) reply.header(name, value);
+        reply.send(r.body);
+        return reply;
+      }
       chunks.push(chunk);
     }
     request.rawBody = Buffer.concat(chunks);

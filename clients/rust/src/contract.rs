@@ -31,6 +31,7 @@ pub struct Defaults {
     pub stored_headers: Vec<String>,
     pub tenant: String,
     pub max_key_length: usize,
+    pub max_body_bytes: usize,
     pub retry_after_seconds: u32,
     pub statement_timeout_ms: u64,
     pub idle_in_transaction_timeout_ms: u64,

@@ -22,8 +22,8 @@ use tokio_postgres::{Client, Row};
 use tower::{Layer, Service};
 
 use crate::contract::{claim_sql, contract};
-use crate::core::{build_envelope, error_body, is_final, parse_key, replay};
-use crate::error::{json_response, ErrorMarker, IdemError};
+use crate::core::{build_envelope, is_final, parse_key, replay};
+use crate::error::{ErrorMarker, IdemError};
 use crate::pool::{Pool, PooledClient};
 
 // boxed: a Response is large, and the hook's Ok path is the common one
@@ -78,8 +78,7 @@ impl IdemLayer {
                 statement_timeout_ms: d.statement_timeout_ms,
                 idle_timeout_ms: d.idle_in_transaction_timeout_ms,
                 retry_after_seconds: d.retry_after_seconds,
-                // axum's own default request body limit
-                body_limit: 2 * 1024 * 1024,
+                body_limit: d.max_body_bytes,
             }),
         }
     }
@@ -329,8 +328,7 @@ where
     let body = match Limited::new(body, cfg.body_limit).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(err) if err.is::<LengthLimitError>() => {
-            let body = error_body("payload_too_large", "The request body is too large.");
-            return json_response(StatusCode::PAYLOAD_TOO_LARGE, body);
+            return cfg.error(IdemError::new("payload_too_large"));
         }
         Err(_) => return cfg.error(IdemError::internal()),
     };

@@ -239,7 +239,10 @@ class IdempotencyMiddleware:
         if header is not None and key is None:
             return await _send_response(send, error_response("key_invalid"))
 
-        body = await _read_body(receive)
+        try:
+            body = await _read_body(receive, route.max_body_bytes)
+        except _TooLarge:
+            return await _send_response(send, error_response("payload_too_large"))
         replayed = False
 
         async def app_receive() -> Message:
@@ -347,16 +350,26 @@ def _with_idem(scope: Scope, ctx) -> Scope:
     return scope
 
 
-async def _read_body(receive) -> bytes:
+async def _read_body(receive, limit: int) -> bytes:
+    """The whole body, for the fingerprint: at most `limit` bytes held (the rest is not read)."""
     chunks = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             raise _Disconnected()
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge()
+        chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)
 
 
 class _Disconnected(Exception):
+    pass
+
+
+class _TooLarge(Exception):
     pass

@@ -282,6 +282,7 @@ class Route:
     statement_timeout_ms: int = DEFAULTS["statement_timeout_ms"]
     idle_in_transaction_timeout_ms: int = DEFAULTS["idle_in_transaction_timeout_ms"]
     retry_after_seconds: int = DEFAULTS["retry_after_seconds"]
+    max_body_bytes: int = DEFAULTS["max_body_bytes"]  # over it: 413 payload_too_large
 
     def __post_init__(self) -> None:
         self.method = self.method.upper()

@@ -215,6 +215,11 @@ def idempotent(method: str, route: str, *, using: str = "default", **options: An
                 return _to_django(error_response("key_missing"))
             if header is not None and key is None:
                 return _to_django(error_response("key_invalid"))
+            # the declared length first, so that an oversized body is never read
+            length = request.META.get("CONTENT_LENGTH") or ""
+            too_long = length.isdigit() and int(length) > cfg.max_body_bytes
+            if too_long or len(request.body) > cfg.max_body_bytes:
+                return _to_django(error_response("payload_too_large"))
             call = lambda: view(request, *args, **kwargs)  # noqa: E731
             if cfg.lease and key is not None:
                 return _lease(cfg, using, request, call, tenant, key)
