@@ -9,7 +9,10 @@
 //! details are masked.
 
 use pg_idem_tests::managed::{self, ManagedServer};
-use pg_idem_tests::{sql_edition, Client, Edition, Server};
+use pg_idem_tests::{sql_edition, Client, Edition, NoTls, Server};
+
+#[path = "sql_edition/settings.rs"]
+mod settings;
 
 /// Where the calls go.
 enum Target {

@@ -36,7 +36,8 @@
 //!    its higher floor):
 //!    ```sh
 //!    pg_dump SRC -U owner --data-only --table='idem.*' \
-//!        --exclude-table=idem.settings --exclude-table=idem.fence_seq -f idem-rows.sql
+//!        --exclude-table=idem.settings --exclude-table=idem.role_settings \
+//!        --exclude-table=idem.fence_seq -f idem-rows.sql
 //!    psql DST -U owner -X -1 -v ON_ERROR_STOP=1 -f idem-rows.sql
 //!    floor=$(psql SRC -U owner -X -A -t -c 'SELECT last_value FROM idem.fence_seq')
 //!    psql DST -U owner -X -v ON_ERROR_STOP=1 \
@@ -48,19 +49,20 @@
 //!    a minute before, or a source whose clock runs ahead; see the ignored test at the end).
 //! 4. The settings, by hand: they are no rows of the native edition. To the SQL edition, as its
 //!    owner: `INSERT INTO idem.settings VALUES ('pg_idem.tenant_grants', 'on') ON CONFLICT (name)
-//!    DO UPDATE SET value = EXCLUDED.value;` (and
-//!    each limit changed from its default: `pg_idem.max_key_length`, `max_response_bytes` in
-//!    bytes, `max_batch_keys`). To the native edition, as a superuser:
+//!    DO UPDATE SET value = EXCLUDED.value;` (and each setting changed from its default, with
+//!    the native units: `pg_idem.ttl`, `lease_timeout`, `max_key_length`, ...; a role's in
+//!    `idem.role_settings`). To the native edition, as a superuser:
 //!    `ALTER DATABASE app SET pg_idem.tenant_grants = on;` (or in postgresql.conf), and the
-//!    limits likewise. Until then the target does not enforce tenant grants.
+//!    others likewise (a role's with `ALTER ROLE`). Until then the target does not enforce
+//!    tenant grants.
 //! 5. Point the application at the target. (Natively a session caches which tenants its role
 //!    may act on; rows restored by COPY reach a session opened before all the same, through
 //!    idem.tenant_grants' statement trigger.)
 //!
 //! Why so: `--table='idem.*'` and not `--schema=idem`, because natively and through pg_tle the
 //! tables belong to the extension, and `pg_dump --schema=idem` dumps no row of an extension's
-//! table (checked below); `--exclude-table=idem.settings` because the SQL edition's settings
-//! are no table of the native edition and the SQL edition installs its own rows of them (the
+//! table (checked below); `--exclude-table=idem.settings` (and `idem.role_settings`) because the
+//! SQL edition's settings are no table of the native edition and the SQL edition installs its own rows of them (the
 //! COPY would fail on either); the sequence apart, because the dump's `setval` would set the
 //! target's floor to the source's even where the target's is higher (a native target that
 //! handed out fences before: its floor is a clock's, far above any SQL edition's). Restored
@@ -89,7 +91,7 @@
 //! preloads pg_idem; the dump's `CREATE EXTENSION pg_idem` creates the native edition there:
 //! ```sh
 //! pg_dump SRC -U owner -Fc -f app.dump
-//! pg_restore -l app.dump | grep -v -E ' pg_?tle( |$)|TABLE DATA idem settings' > app.list
+//! pg_restore -l app.dump | grep -v -E ' pg_?tle( |$)|TABLE DATA idem (role_)?settings' > app.list
 //! pg_restore DST -U postgres --exit-on-error -L app.list -d app app.dump
 //! ```
 //! then step 4.
@@ -100,7 +102,8 @@
 //!
 //! # What does not move
 //!
-//! - The settings (step 4): GUCs natively, rows of idem.settings in the SQL edition.
+//! - The settings (step 4): GUCs natively, rows of idem.settings and idem.role_settings in the
+//!   SQL edition.
 //! - The native edition's counters and statistics (shared memory, reset at every restart
 //!   anyway) and the purge worker's status: the SQL edition has none of them.
 //! - Watermarks move as rows either way, but the SQL edition cannot use them yet
@@ -654,6 +657,7 @@ fn copy_rows(source: &Side, target: &Side) {
             "--data-only",
             "--table=idem.*",
             "--exclude-table=idem.settings",
+            "--exclude-table=idem.role_settings",
             "--exclude-table=idem.fence_seq",
             "-f",
             &rows,
@@ -734,7 +738,7 @@ fn move_database_from_tle(source: &Side, target: &Side) {
     let dump: Vec<&str> = dump.iter().map(String::as_str).collect();
     run_ok("pg_dump -Fc", source.run_bin("pg_dump", &dump));
     let filter = format!(
-        "set -o pipefail; '{}' -l '{file}' | grep -v -E ' pg_?tle( |$)|TABLE DATA idem settings' > '{list}'",
+        "set -o pipefail; '{}' -l '{file}' | grep -v -E ' pg_?tle( |$)|TABLE DATA idem (role_)?settings' > '{list}'",
         target.bin("pg_restore").display()
     );
     run_ok(

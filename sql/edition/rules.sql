@@ -176,23 +176,34 @@ BEGIN
 END
 $$;
 
--- The lease and ttl of a claim: the arguments, or the session's settings (pg_idem.lease_timeout
--- in milliseconds, pg_idem.ttl in seconds, as natively).
-CREATE FUNCTION idem.lease_us(lease interval) RETURNS bigint
+-- The lease and ttl of a claim: the arguments, else the session's settings (pg_idem.lease_timeout
+-- in milliseconds, pg_idem.ttl in seconds, as natively), else the owner's (default_us, from
+-- idem.owner_settings()).
+CREATE FUNCTION idem.lease_us(lease interval, default_us bigint) RETURNS bigint
 LANGUAGE sql
 AS $$
-    -- the usual case (no argument, no setting) without a call
+    -- the usual case (no argument, no session setting) without a call
     SELECT CASE WHEN lease IS NULL AND COALESCE(pg_catalog.current_setting('pg_idem.lease_timeout', true), '') OPERATOR(pg_catalog.=) ''
-                THEN 60000000::pg_catalog.int8
-                ELSE idem.check_duration(lease, 'lease', idem.session_duration_us('pg_idem.lease_timeout', 1000, 60000000)) END
+                THEN default_us
+                ELSE idem.check_duration(lease, 'lease', idem.session_duration_us('pg_idem.lease_timeout', default_us)) END
 $$;
 
-CREATE FUNCTION idem.ttl_us(ttl interval) RETURNS bigint
+CREATE FUNCTION idem.ttl_us(ttl interval, default_us bigint) RETURNS bigint
 LANGUAGE sql
 AS $$
     SELECT CASE WHEN ttl IS NULL AND COALESCE(pg_catalog.current_setting('pg_idem.ttl', true), '') OPERATOR(pg_catalog.=) ''
-                THEN 86400000000::pg_catalog.int8
-                ELSE idem.check_duration(ttl, 'ttl', idem.session_duration_us('pg_idem.ttl', 1000000, 86400000000)) END
+                THEN default_us
+                ELSE idem.check_duration(ttl, 'ttl', idem.session_duration_us('pg_idem.ttl', default_us)) END
+$$;
+
+-- pg_idem.reject_stale_uuidv7: the session's setting, else the owner's (`owner`).
+CREATE FUNCTION idem.reject_stale_uuidv7(owner boolean) RETURNS boolean
+LANGUAGE sql
+AS $$
+    SELECT CASE WHEN COALESCE(pg_catalog.current_setting('pg_idem.reject_stale_uuidv7', true), '') OPERATOR(pg_catalog.=) ''
+                THEN owner
+                ELSE idem.setting_value('pg_idem.reject_stale_uuidv7',
+                         pg_catalog.current_setting('pg_idem.reject_stale_uuidv7', true), false) OPERATOR(pg_catalog.=) 'on' END
 $$;
 
 -- ---------------------------------------------------------------------------------------------

@@ -159,7 +159,7 @@ impl Server {
         self.conninfo_as(dba_role(), dbname)
     }
 
-    fn conninfo_as(&self, role: &str, dbname: &str) -> String {
+    pub fn conninfo_as(&self, role: &str, dbname: &str) -> String {
         conninfo_for(self.port, role, dbname)
     }
 

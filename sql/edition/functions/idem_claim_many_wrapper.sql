@@ -43,11 +43,11 @@ BEGIN
         stored := stored OPERATOR(pg_catalog.||) idem.check_request_hash(request_hashes[i]);
         IF i OPERATOR(pg_catalog.=) 1 THEN
             -- checked with the first element, as natively (an empty batch checks neither)
-            lease_us := idem.lease_us(lease);
-            ttl_us := idem.ttl_us(ttl);
+            lease_us := idem.lease_us(lease, s.lease_us);
+            ttl_us := idem.ttl_us(ttl, s.ttl_us);
         END IF;
     END LOOP;
-    reject_stale := COALESCE(pg_catalog.current_setting('pg_idem.reject_stale_uuidv7', true), '') IN ('on', 'true', '1', 'yes');
+    reject_stale := idem.reject_stale_uuidv7(s.reject_stale_uuidv7);
     now := pg_catalog.clock_timestamp();
     -- in input order, so that a key repeated in the batch meets its own earlier claim
     FOR i IN 1..n LOOP

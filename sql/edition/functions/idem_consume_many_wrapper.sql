@@ -16,7 +16,7 @@ BEGIN
     -- any array (another lower bound, several dimensions): its elements in order, from 1
     keys := CASE WHEN keys IS NOT NULL THEN ARRAY(SELECT pg_catalog.unnest(keys)) END;
     PERFORM idem.check_name(tenant, 'tenant', s.max_key_length);
-    ttl_us := idem.ttl_us(ttl);
+    ttl_us := idem.ttl_us(ttl, s.ttl_us);
     IF s.tenant_grants THEN
         PERFORM idem.check_access(tenant, true);
     END IF;

@@ -10,7 +10,7 @@ BEGIN
        OR pg_catalog.octet_length(tenant) OPERATOR(pg_catalog.+) pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 2400 THEN
         PERFORM idem.check_tenant_and_key(tenant, key, 'key', s.max_key_length);
     END IF;
-    ttl_us := idem.ttl_us(ttl);
+    ttl_us := idem.ttl_us(ttl, s.ttl_us);
     IF s.tenant_grants THEN
         PERFORM idem.check_access(tenant, true);
     END IF;
