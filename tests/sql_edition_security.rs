@@ -1517,6 +1517,72 @@ fn another_roles_advisory_lock_holds_no_key() {
     assert_no_crash(&server);
 }
 
+/// The workaround of the bug above (README, the editions table), where a superuser can apply
+/// it: EXECUTE on the functions of pg_advisory_lock(bigint)'s space revoked from PUBLIC and
+/// granted back to pg_idem's owner, whom the SQL edition's functions run as. No other role
+/// can take or wait for a key's lock then, and pg_idem's calls work as before.
+#[test]
+fn revoking_the_advisory_lock_functions_keeps_other_roles_off_the_key_locks() {
+    let server = plain(&[]);
+    server
+        .client()
+        .batch_execute(&format!(
+            "CREATE ROLE bank_app LOGIN; CREATE ROLE mallory LOGIN; {}",
+            ADVISORY_LOCK_WORKAROUND.replace("app_owner", ADMIN)
+        ))
+        .unwrap();
+    grant(&server, "bank_app", "bank");
+    tenant_grants_on(&server);
+    let mut mallory = connect(&server, "mallory", "postgres");
+    for function in [
+        "pg_advisory_lock",
+        "pg_advisory_lock_shared",
+        "pg_try_advisory_lock",
+        "pg_try_advisory_lock_shared",
+        "pg_advisory_xact_lock",
+        "pg_advisory_xact_lock_shared",
+        "pg_try_advisory_xact_lock",
+        "pg_try_advisory_xact_lock_shared",
+    ] {
+        assert_eq!(
+            ask(&mut mallory, &format!("SELECT pg_catalog.{function}(1::bigint)")).code(),
+            Some("42501"),
+            "{function}(bigint)"
+        );
+    }
+    let mut bank = connect(&server, "bank_app", "postgres");
+    assert_eq!(
+        claim_into(&mut bank, "f", "idem_claim('bank', 'order-1', 'h')"),
+        "claimed"
+    );
+    assert_eq!(
+        ask(
+            &mut bank,
+            &format!("SELECT idem_complete('bank', 'order-1', {}, 200) IS NOT NULL", fence("f"))
+        )
+        .first(),
+        "t"
+    );
+    assert_eq!(
+        ask(&mut bank, "SELECT idem_consume('bank', 'message-1')").first(),
+        "t"
+    );
+    assert_eq!(
+        ask(&mut bank, "SELECT idem_forget('bank', 'order-1')").first(),
+        "t"
+    );
+    assert_no_crash(&server);
+}
+
+/// The README's workaround, as a superuser runs it (`app_owner`: pg_idem's owner).
+const ADVISORY_LOCK_WORKAROUND: &str = "\
+    REVOKE EXECUTE ON FUNCTION pg_catalog.pg_advisory_lock(bigint), pg_catalog.pg_advisory_lock_shared(bigint), \
+        pg_catalog.pg_try_advisory_lock(bigint), pg_catalog.pg_try_advisory_lock_shared(bigint), \
+        pg_catalog.pg_advisory_xact_lock(bigint), pg_catalog.pg_advisory_xact_lock_shared(bigint), \
+        pg_catalog.pg_try_advisory_xact_lock(bigint), pg_catalog.pg_try_advisory_xact_lock_shared(bigint) FROM PUBLIC; \
+    GRANT EXECUTE ON FUNCTION pg_catalog.pg_advisory_xact_lock(bigint), \
+        pg_catalog.pg_try_advisory_xact_lock(bigint) TO app_owner;";
+
 /// A purge left open by a role holds no other tenant's keys (tests/tenant_boundary.rs): with
 /// tenant grants on, neither idem_purge() nor the purge the SQL edition's calls do in passing
 /// may lock keys of tenants the caller has no grant on.
