@@ -19,10 +19,15 @@ with PGHOST, PGPORT and PGUSER set and PostgreSQL's binaries first in PATH.
     scripts/doc_snippets.py [FILE.md ...]      (default: README.md and docs/*.md)
     PG_BINDIR (default /usr/lib/postgresql/15/bin)
 
-Prints one line per snippet and ends with "N passed, N failed, N skipped"."""
+With no FILE, it also checks docs/functions.md and docs/settings.md against the declarations of
+the installed pg_idem (reference_checks), and every page's relative links and anchors.
+
+Prints one line per check and ends with "N passed, N failed, N skipped" (under scripts/test.sh,
+which takes the skipped lines of PG_IDEM_SKIP_LOG off the passed, the skipped are counted in both)."""
 
 import os
 import pathlib
+import random
 import re
 import shutil
 import socket
@@ -108,6 +113,68 @@ def broken_links(page):
     return bad
 
 
+FUNCTIONS_SQL = """
+SELECT p.proname, coalesce(array_to_string(p.proargnames[1:p.pronargs], ','), ''),
+       p.pronargdefaults
+FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+  AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem')
+  AND p.pronamespace <> 'idem'::regnamespace   -- internals
+ORDER BY 1, 2"""
+
+
+def reference_checks(srv):
+    """docs/functions.md and docs/settings.md against the declarations of the installed pg_idem:
+    every function (each overload) has a signature in backticks with its arguments' names in
+    order and DEFAULT on exactly those that have one; every function the page names exists;
+    every setting is in the native table with the default SHOW gives and its context."""
+    results = []
+    db = "doc_reference"
+    srv.psql("postgres", f"DROP DATABASE IF EXISTS {db}; CREATE DATABASE {db};")
+    srv.psql(db, "CREATE EXTENSION pg_idem;")
+    q = subprocess.run([str(BINDIR / "psql"), "-X", "-A", "-t", "-F", "|", "-d", db, "-c", FUNCTIONS_SQL],
+                       env=srv.env, stdout=subprocess.PIPE, text=True, check=True).stdout
+    declared = [l.split("|") for l in q.strip().split("\n") if l]
+    page = ROOT / "docs" / "functions.md"
+    text = page.read_text()
+    documented = [(m.group(1), m.group(2)) for m in re.finditer(r"`(idem_\w+)\(([^)`]*)\)", text, re.S)]
+    for name, args, ndefaults in declared:
+        names = [a for a in args.split(",") if a]
+        want = (names, names[len(names) - int(ndefaults):] if int(ndefaults) else [])
+        found = False
+        for dname, dargs in documented:
+            if dname != name:
+                continue
+            items = [" ".join(i.split()) for i in dargs.split(",") if i.strip()]
+            got = ([i.split()[0] for i in items], [i.split()[0] for i in items if "DEFAULT" in i])
+            if got == want:
+                found = True
+        results.append((f"docs/functions.md: {name}({', '.join(names)})", found,
+                        "no signature in backticks with these arguments and defaults ("
+                        + (", ".join(want[1]) or "none") + ")"))
+    known = {d[0] for d in declared}
+    unknown = sorted({n for n, _ in documented} - known)
+    results.append(("docs/functions.md: names only declared functions", not unknown,
+                    "not declared: " + ", ".join(unknown)))
+    settings = (ROOT / "docs" / "settings.md").read_text()
+    rows = {m.group(1): (m.group(2), m.group(3)) for m in
+            re.finditer(r"^\| `(pg_idem\.\w+)` \| `([^`]*)` \| ([^|]*) \|", settings, re.M)}
+    q = subprocess.run([str(BINDIR / "psql"), "-X", "-A", "-t", "-F", "|", "-d", db, "-c",
+                        "SELECT name, context FROM pg_settings WHERE name LIKE 'pg_idem.%' ORDER BY 1"],
+                       env=srv.env, stdout=subprocess.PIPE, text=True, check=True).stdout
+    for line in q.strip().split("\n"):
+        name, context = line.split("|")
+        shown = subprocess.run([str(BINDIR / "psql"), "-X", "-A", "-t", "-d", db, "-c", f"SHOW {name}"],
+                               env=srv.env, stdout=subprocess.PIPE, text=True).stdout.strip()
+        doc = rows.pop(name, None)
+        ok = doc is not None and doc[0] == shown and doc[1].split(",")[0].strip() == context
+        results.append((f"docs/settings.md: {name}", ok,
+                        f"the page says {doc}, the server {shown!r} ({context})"))
+    results.append(("docs/settings.md: names only real settings", not rows,
+                    "not settings: " + ", ".join(rows)))
+    return results
+
+
 def matches(expected, actual):
     exp = [l.rstrip() for l in expected.strip("\n").split("\n")]
     act = [l.rstrip() for l in actual.strip("\n").split("\n")]
@@ -128,19 +195,24 @@ def run(argv, **kw):
 
 
 class Server:
-    def __init__(self, conf):
+    def __init__(self, extra):
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="pg_idem_docs."))
         os.chmod(self.dir, 0o777)
-        self.port = free_port()
         run([str(BINDIR / "initdb"), "-D", str(self.dir / "data"), "-A", "trust", "-U", "postgres",
              "-E", "UTF8", "--locale=C.UTF-8"], check=True, stdout=subprocess.DEVNULL)
-        with open(self.dir / "data" / "postgresql.conf", "a") as f:
-            f.write(f"port = {self.port}\nlisten_addresses = '127.0.0.1'\n"
-                    f"unix_socket_directories = '{self.dir}'\nlc_messages = 'C'\ntimezone = 'UTC'\n")
-            for line in conf:
-                f.write(line + "\n")
-        run([str(BINDIR / "pg_ctl"), "-D", str(self.dir / "data"), "-l", str(self.dir / "log"),
-             "-w", "-t", "60", "start"], check=True, stdout=subprocess.DEVNULL)
+        conf = (self.dir / "data" / "postgresql.conf").read_text()
+        for attempt in range(5):  # another process may take the port between the check and the start
+            self.port = free_port()
+            (self.dir / "data" / "postgresql.conf").write_text(
+                conf + f"port = {self.port}\nlisten_addresses = '127.0.0.1'\n"
+                f"unix_socket_directories = '{self.dir}'\nlc_messages = 'C'\ntimezone = 'UTC'\n"
+                + "".join(line + "\n" for line in extra))
+            started = run([str(BINDIR / "pg_ctl"), "-D", str(self.dir / "data"), "-l", str(self.dir / "log"),
+                           "-w", "-t", "60", "start"], stdout=subprocess.DEVNULL)
+            if started.returncode == 0:
+                break
+        else:
+            raise SystemExit("could not start a server:\n" + (self.dir / "log").read_text()[-2000:])
         self.env = dict(os.environ, PGHOST="127.0.0.1", PGPORT=str(self.port), PGUSER="postgres",
                         PGDATABASE="postgres", PATH=f"{BINDIR}:{os.environ['PATH']}")
         self.env.pop("RUST_BACKTRACE", None)
@@ -157,7 +229,9 @@ class Server:
 
 
 def free_port():
-    for port in range(59000, 60000):
+    ports = list(range(59000, 60000))
+    random.shuffle(ports)
+    for port in ports:
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -258,12 +332,15 @@ def main():
                                     + s.expected + "--- got\n" + got))
                 else:
                     results.append((s, True, ""))
+        reference = reference_checks(server("native")) if not sys.argv[1:] else []
     finally:
         for srv in servers.values():
             srv.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
     links = []
+    for name, ok, why in reference:
+        links.append((name, ok, [why]))
     for page in pages:
         bad = broken_links(page)
         links.append((page, not bad, bad))
@@ -275,6 +352,9 @@ def main():
         if ok is False:
             print("    " + why.replace("\n", "\n    "))
     for page, ok, bad in links:
+        if isinstance(page, str):
+            print(f"{'ok' if ok else 'FAILED':8} {page}" + ("" if ok else ": " + bad[0]))
+            continue
         print(f"{'ok' if ok else 'FAILED':8} {page.relative_to(ROOT)}: links" + ("" if ok else ": broken: " + ", ".join(bad)))
     p = sum(1 for r in results if r[1] is True) + sum(1 for l in links if l[1])
     f = sum(1 for r in results if r[1] is False) + sum(1 for l in links if not l[1])
