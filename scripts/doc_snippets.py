@@ -172,6 +172,14 @@ def reference_checks(srv):
                         f"the page says {doc}, the server {shown!r} ({context})"))
     results.append(("docs/settings.md: names only real settings", not rows,
                     "not settings: " + ", ".join(rows)))
+    # every SQLSTATE the golden error tests see pg_idem raise is a row of docs/errors.md
+    golden = (ROOT / "tests" / "pg_regress" / "expected" / "errors.out").read_text()
+    codes = sorted(set(re.findall(r"^code +\| ([0-9A-Z]{5})$", golden, re.M)))
+    table = " ".join(re.findall(r"^\| ([^|]*) \|", (ROOT / "docs" / "errors.md").read_text(), re.M))
+    for code in codes:
+        listed = code in table or f"{code[:2]}xxx" in table
+        results.append((f"docs/errors.md: {code}", listed,
+                        "raised in tests/pg_regress/expected/errors.out, not in the table"))
     return results
 
 
