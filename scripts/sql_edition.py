@@ -181,7 +181,7 @@ def body_of(sym, function, used):
     absent = re.match(r"--\s*absent:\s*(.+)$", first)
     if absent:
         # a function this edition cannot provide: it exists, so that the declarations stay one,
-        # and says why with 0A000 (the README's table of differences lists each)
+        # and says why with 0A000 (docs/editions.md's table of differences lists each)
         reason = absent.group(1).strip().replace("'", "''")
         return "plpgsql", (
             "BEGIN\n"

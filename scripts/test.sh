@@ -38,7 +38,10 @@
 #   examples       the Python and Node.js examples       examples/run.sh (full only), and again
 #                  through PgBouncer in transaction mode examples/run.sh --pooler (full only)
 # and, once every version is installed, pg_upgrade from 14 to 18 (tests/pg_upgrade.rs);
-# on 15, the monitoring (monitoring/test.sh: Debian's postgres_exporter and promtool), and the
+# on 15, the documentation's snippets (scripts/doc_snippets.py: every sql and sh block of
+# README.md and docs/ against throwaway servers of both editions, their shown output, and the
+# pages' links; docs/snippets.md), the monitoring (monitoring/test.sh: Debian's postgres_exporter
+# and promtool), and the
 # HTTP client packages (clients/setup.sh installs their pip, npm and cargo dependencies;
 # clients/test.sh runs their unit tests and the HTTP conformance suite against every reference
 # app with the native edition, the SQL edition and through PgBouncer; bench/http_middleware.py
@@ -303,6 +306,8 @@ for major in "${versions[@]}"; do
         step "pg$major-clients" with_pg "$major" cargo test --no-fail-fast -p pg_idem_tests "${core_suites[@]}"
     fi
     if [ "$major" = 15 ]; then
+        # every sql and sh block of README.md and docs/, run against pg_idem as just installed
+        step docs-snippets with_pg 15 python3 scripts/doc_snippets.py
         # Prometheus: postgres_exporter with monitoring/'s queries as a pg_monitor role, the alerts
         step monitoring with_pg 15 monitoring/test.sh
         # the HTTP client packages (clients/): their dependencies (pip, npm, cargo), their unit

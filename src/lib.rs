@@ -8,25 +8,32 @@
 //!   function that claims or acts under a fence shares (`calls`: the request built once, the
 //!   outcome counted and shaped once). `tenants` is also the access check every function makes
 //!   before it touches a key.
-//! - `stats`: counters in shared memory and the statistics functions (sql/stats.sql); `worker`:
-//!   the purge launcher and workers and `idem_purge_status()` (sql/worker.sql). Both sit beside
-//!   `sql_api`: the SQL functions record events in `stats`, the worker purges through `store`.
+//! - `stats`: counters in shared memory (`counters`), as SQL shows them (`counts`), a node's and
+//!   the Citus cluster's numbers (`cluster`), and the statistics functions (`functions`;
+//!   sql/stats.sql); `worker`: the purge launcher (`launcher`) and workers (`purge`), their
+//!   background-worker plumbing (`process`), their slots in shared memory and the one writer of a
+//!   worker's state (`slots`), and `idem_purge_status()` (`status`; sql/worker.sql). Both sit
+//!   beside `sql_api`: the SQL functions record events in `stats`, the worker purges through
+//!   `store`.
 //! - `store`: the key store, every read and write of idem.keys, by one of two back-ends:
 //!   `store::engine` (table and index access methods, the default) and `store::spi` (SQL through
 //!   the executor: Citus, a hot standby, an idem.keys a DBA extended); `store::definition` (what
 //!   idem.keys must be for either to touch it), `store::fences` (drawing fences), and the purge.
 //! - `rules`: what the store does, as pure decisions both back-ends apply: what a claim, a
-//!   consume and a fenced call answer for the row they find, and what each writes, column by
-//!   column (`rules::row_write`); the key's times, in Rust and in SQL (`rules::key_row`).
+//!   consume and a fenced call answer for the row they find (`rules::claims`, `rules::consumes`,
+//!   `rules::fenced`), and what each writes, column by column (`rules::row_write`); the key's
+//!   times, in Rust and in SQL (`rules::key_row`).
 //! - `pg`: PostgreSQL integration, no policy: rows through the access methods (`heap`), datums
 //!   and the call's memory (`datum`), SQL as the extension's owner (`sql`, `owner`), advisory
 //!   locks (`locks`), every per-backend cache's invalidation (`caches`), Citus (`cluster`), the
 //!   settings (`guc`), the clock and intervals (`time`), shared memory (`preload`), version
 //!   differences (`pg_version`).
-//! - `hashing`: request fingerprints (canonical JSON, a walk of jsonb), lock identities, UUIDs.
+//! - `hashing`: request fingerprints (SHA-256 of the canonical JSON form, `canonical_json`, walked
+//!   from jsonb in place, `jsonb_walk`), lock identities, UUIDv7 and UUIDv5.
 //! - `errors` (SQLSTATEs, messages, details, hints) and `enum_list`, used by every layer.
 //!
-//! sql/schema.sql creates the tables; `sql/pg_idem--A--B.sql` are the upgrade scripts.
+//! sql/schema.sql creates the tables; `sql/pg_idem--A--B.sql` are the upgrade scripts; `testing`
+//! holds the helpers of the in-server tests. The rest of the repository: docs/layout.md.
 
 use pgrx::prelude::*;
 

@@ -1,4 +1,4 @@
-//! What fences promise and what they do not (README, Security: "A fence is a token against
+//! What fences promise and what they do not (docs/security.md: "A fence is a token against
 //! stale workers, not a secret"), and that no number of databases or re-creations of the
 //! extension in one server lifetime exhausts anything fences need.
 

@@ -114,7 +114,7 @@ fn a_hundred_thousand_open_claims_take_no_lock_per_key() {
     if native_only(
         "the engine's direct heap writes: a claimed key holds no lock-table entry; the SQL \
          edition, like the native SPI path, holds a key lock per claimed key until commit \
-         (README, Caveats)",
+         (docs/caveats.md)",
     ) {
         return;
     }

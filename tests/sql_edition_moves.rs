@@ -1088,7 +1088,7 @@ fn schema_idem_dumps_no_row_of_the_extension() {
 // ---------------------------------------------------------------------------------------------
 // Found by these moves: two fixed in the SQL edition; two of the native edition's, one fixed
 // (grants restored by COPY), one ignored until fixed (run with --ignored), with the workaround
-// the README gives
+// docs/editions.md gives
 // ---------------------------------------------------------------------------------------------
 
 /// A pg_tle database restored whole into another (RDS to RDS, or a dump kept as a backup)

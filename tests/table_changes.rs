@@ -1,4 +1,4 @@
-//! What a DBA may do to idem.keys, and what pg_idem does then (README, Operations: "Changing
+//! What a DBA may do to idem.keys, and what pg_idem does then (docs/maintenance.md: "Changing
 //! idem.keys"). The engine writes only the table CREATE EXTENSION made; a table with more
 //! (columns, defaults, rules, a replica identity, a publication that filters) is written through
 //! the executor, which enforces all of it; a change to one of pg_idem's own columns refuses

@@ -16,7 +16,7 @@
 SUPPORTED_PG=(15 18 14 16 17)
 PG_IDEM_PG_CACHE="${PG_IDEM_PG_CACHE:-/var/cache/pg_idem}"
 
-# the exact builds tested; bump them together with the README's table
+# the exact builds tested; bump them together with docs/install.md's table
 pg_package_version() {
     case "$1" in
         14) echo 14.22.0 ;;

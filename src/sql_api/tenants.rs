@@ -109,7 +109,7 @@ fn checked_role() -> pg_sys::Oid {
 /// Whether a grant on `tenant` to `role`, or to a role whose privileges it has, exists in the
 /// latest committed state of idem.tenant_grants: read with a fresh snapshot, as PostgreSQL
 /// reads its own catalogs, so that a grant or revoke committed before this call counts even
-/// inside an older REPEATABLE READ snapshot (from the next statement on, as the README says).
+/// inside an older REPEATABLE READ snapshot (from the next statement on, as docs/security.md says).
 fn granted_now(role: pg_sys::Oid, tenant: &str) -> bool {
     let (relid, index) = grants_relation();
     let mut granted = false;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The golden SQL tests (pg_regress): every error's SQLSTATE, message, detail and hint, `\df` and
-# the full declaration of every function, the settings, and the README's usage examples as they
+# the full declaration of every function, the settings, and the usage examples (docs/) as they
 # print. Runs against a throwaway server of the PostgreSQL that PG_CONFIG (or pg_config on PATH)
 # names, with the installed pg_idem preloaded.
 #

@@ -1,0 +1,380 @@
+#!/usr/bin/env python3
+"""Runs every SQL and shell snippet of README.md and docs/*.md against real servers, and checks
+the output a page shows for it. Conventions (docs/snippets.md):
+
+    ```sql                      runs on the native edition (pg_idem preloaded)
+    ```sql edition=sql          runs on the SQL edition (plain install, no preload)
+    ```sql setup=NAME           runs tests/doc_snippets/NAME.sql first, in the same session
+    ```sql error                must raise an error (and the page goes on)
+    ```sql no-run: REASON       not run; counted as skipped, with its reason
+    ```sh ...                   the same words; runs with bash in a scratch directory
+                                (setup=NAME sources tests/doc_snippets/NAME.sh first)
+    ```text output              right after a snippet: what it prints; <anything> in angle
+                                brackets matches any text within its line (volatile values)
+
+A page's SQL snippets of one edition run in order in one psql session (so psql variables set with
+\\gset carry over), in a database of their own that starts empty. Each shell snippet runs alone
+with PGHOST, PGPORT and PGUSER set and PostgreSQL's binaries first in PATH.
+
+    scripts/doc_snippets.py [FILE.md ...]      (default: README.md and docs/*.md)
+    PG_BINDIR (default /usr/lib/postgresql/15/bin)
+
+With no FILE, it also checks docs/functions.md and docs/settings.md against the declarations of
+the installed pg_idem (reference_checks), and every page's relative links and anchors.
+
+Prints one line per check and ends with "N passed, N failed, N skipped" (under scripts/test.sh,
+which takes the skipped lines of PG_IDEM_SKIP_LOG off the passed, the skipped are counted in both)."""
+
+import os
+import pathlib
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SETUP = ROOT / "tests" / "doc_snippets"
+BINDIR = pathlib.Path(os.environ.get("PG_BINDIR", "/usr/lib/postgresql/15/bin"))
+FENCE = re.compile(r"^```(\w[\w-]*)?[ \t]*([^\n]*)\n(.*?)^```[ \t]*$", re.S | re.M)
+RUNNABLE = {"sql", "sh", "bash"}
+MARK = "@@doc-snippet@@"
+
+
+class Snippet:
+    def __init__(self, page, line, lang, info, code):
+        self.page, self.line, self.lang, self.code = page, line, lang, code
+        self.expected = None
+        self.no_run = None
+        self.error = False
+        self.edition = "native"
+        self.setup = None
+        m = re.match(r"no-run\b:?\s*(.*)", info)
+        if m:
+            self.no_run = m.group(1).strip() or "(no reason given)"
+            return
+        for word in info.split():
+            if word == "error":
+                self.error = True
+            elif word.startswith("edition="):
+                self.edition = word.split("=", 1)[1]
+            elif word.startswith("setup="):
+                self.setup = word.split("=", 1)[1]
+            else:
+                raise SystemExit(f"{self.where}: unknown word in the fence: {word!r}")
+        if self.edition not in ("native", "sql"):
+            raise SystemExit(f"{self.where}: unknown edition {self.edition!r}")
+
+    @property
+    def where(self):
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+
+def snippets(page):
+    text = page.read_text()
+    found = []
+    for m in FENCE.finditer(text):
+        lang, info, code = (m.group(1) or ""), m.group(2).strip(), m.group(3)
+        line = text.count("\n", 0, m.start()) + 1
+        if lang == "text" and info == "output":
+            if not found or found[-1].expected is not None or text[found[-1].end:m.start()].strip():
+                raise SystemExit(f"{page.relative_to(ROOT)}:{line}: an output block must follow its snippet")
+            found[-1].expected = code
+            continue
+        if lang in RUNNABLE:
+            s = Snippet(page, line, "sh" if lang == "bash" else lang, info, code)
+            s.end = m.end()
+            found.append(s)
+    return found
+
+
+def slug(heading):
+    """GitHub's anchor for a heading."""
+    h = re.sub(r"[`*_]|\[([^\]]*)\]\([^)]*\)", lambda m: m.group(1) or "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", h).replace(" ", "-")
+
+
+def broken_links(page):
+    """The relative links of PAGE whose file, or heading in a Markdown file, does not exist."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
+    bad = []
+    for target in re.findall(r"\]\(([^)\s]*)\)", text):
+        if not target or re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            bad.append(target)
+        elif anchor and file.suffix == ".md":
+            if anchor not in {slug(h) for h in re.findall(r"^#+ (.*)$", file.read_text(), re.M)}:
+                bad.append(target)
+    return bad
+
+
+FUNCTIONS_SQL = """
+SELECT p.proname, coalesce(array_to_string(p.proargnames[1:p.pronargs], ','), ''),
+       p.pronargdefaults
+FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+  AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem')
+  AND p.pronamespace <> 'idem'::regnamespace   -- internals
+ORDER BY 1, 2"""
+
+
+def reference_checks(srv):
+    """docs/functions.md and docs/settings.md against the declarations of the installed pg_idem:
+    every function (each overload) has a signature in backticks with its arguments' names in
+    order and DEFAULT on exactly those that have one; every function the page names exists;
+    every setting is in the native table with the default SHOW gives and its context."""
+    results = []
+    db = "doc_reference"
+    srv.psql("postgres", f"DROP DATABASE IF EXISTS {db}; CREATE DATABASE {db};")
+    srv.psql(db, "CREATE EXTENSION pg_idem;")
+    q = subprocess.run([str(BINDIR / "psql"), "-X", "-A", "-t", "-F", "|", "-d", db, "-c", FUNCTIONS_SQL],
+                       env=srv.env, stdout=subprocess.PIPE, text=True, check=True).stdout
+    declared = [l.split("|") for l in q.strip().split("\n") if l]
+    page = ROOT / "docs" / "functions.md"
+    text = page.read_text()
+    documented = [(m.group(1), m.group(2)) for m in re.finditer(r"`(idem_\w+)\(([^)`]*)\)", text, re.S)]
+    for name, args, ndefaults in declared:
+        names = [a for a in args.split(",") if a]
+        want = (names, names[len(names) - int(ndefaults):] if int(ndefaults) else [])
+        found = False
+        for dname, dargs in documented:
+            if dname != name:
+                continue
+            items = [" ".join(i.split()) for i in dargs.split(",") if i.strip()]
+            got = ([i.split()[0] for i in items], [i.split()[0] for i in items if "DEFAULT" in i])
+            if got == want:
+                found = True
+        results.append((f"docs/functions.md: {name}({', '.join(names)})", found,
+                        "no signature in backticks with these arguments and defaults ("
+                        + (", ".join(want[1]) or "none") + ")"))
+    known = {d[0] for d in declared}
+    unknown = sorted({n for n, _ in documented} - known)
+    results.append(("docs/functions.md: names only declared functions", not unknown,
+                    "not declared: " + ", ".join(unknown)))
+    settings = (ROOT / "docs" / "settings.md").read_text()
+    rows = {m.group(1): (m.group(2), m.group(3)) for m in
+            re.finditer(r"^\| `(pg_idem\.\w+)` \| `([^`]*)` \| ([^|]*) \|", settings, re.M)}
+    q = subprocess.run([str(BINDIR / "psql"), "-X", "-A", "-t", "-F", "|", "-d", db, "-c",
+                        "SELECT name, context FROM pg_settings WHERE name LIKE 'pg_idem.%' ORDER BY 1"],
+                       env=srv.env, stdout=subprocess.PIPE, text=True, check=True).stdout
+    for line in q.strip().split("\n"):
+        name, context = line.split("|")
+        shown = subprocess.run([str(BINDIR / "psql"), "-X", "-A", "-t", "-d", db, "-c", f"SHOW {name}"],
+                               env=srv.env, stdout=subprocess.PIPE, text=True).stdout.strip()
+        doc = rows.pop(name, None)
+        ok = doc is not None and doc[0] == shown and doc[1].split(",")[0].strip() == context
+        results.append((f"docs/settings.md: {name}", ok,
+                        f"the page says {doc}, the server {shown!r} ({context})"))
+    results.append(("docs/settings.md: names only real settings", not rows,
+                    "not settings: " + ", ".join(rows)))
+    # every SQLSTATE the golden error tests see pg_idem raise is a row of docs/errors.md
+    golden = (ROOT / "tests" / "pg_regress" / "expected" / "errors.out").read_text()
+    codes = sorted(set(re.findall(r"^code +\| ([0-9A-Z]{5})$", golden, re.M)))
+    table = " ".join(re.findall(r"^\| ([^|]*) \|", (ROOT / "docs" / "errors.md").read_text(), re.M))
+    for code in codes:
+        listed = code in table or f"{code[:2]}xxx" in table
+        results.append((f"docs/errors.md: {code}", listed,
+                        "raised in tests/pg_regress/expected/errors.out, not in the table"))
+    return results
+
+
+def matches(expected, actual):
+    exp = [l.rstrip() for l in expected.strip("\n").split("\n")]
+    act = [l.rstrip() for l in actual.strip("\n").split("\n")]
+    if len(exp) != len(act):
+        return False
+    for e, a in zip(exp, act):
+        pattern = "".join(".*?" if re.fullmatch(r"<[^<>]*>", part) else re.escape(part)
+                          for part in re.split(r"(<[^<>]*>)", e))
+        if not re.fullmatch(pattern, a):
+            return False
+    return True
+
+
+def run(argv, **kw):
+    if os.getuid() == 0:
+        argv = ["runuser", "-u", "postgres", "--"] + argv
+    return subprocess.run(argv, **kw)
+
+
+class Server:
+    def __init__(self, extra):
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="pg_idem_docs."))
+        os.chmod(self.dir, 0o777)
+        run([str(BINDIR / "initdb"), "-D", str(self.dir / "data"), "-A", "trust", "-U", "postgres",
+             "-E", "UTF8", "--locale=C.UTF-8"], check=True, stdout=subprocess.DEVNULL)
+        conf = (self.dir / "data" / "postgresql.conf").read_text()
+        for attempt in range(5):  # another process may take the port between the check and the start
+            self.port = free_port()
+            (self.dir / "data" / "postgresql.conf").write_text(
+                conf + f"port = {self.port}\nlisten_addresses = '127.0.0.1'\n"
+                f"unix_socket_directories = '{self.dir}'\nlc_messages = 'C'\ntimezone = 'UTC'\n"
+                + "".join(line + "\n" for line in extra))
+            started = run([str(BINDIR / "pg_ctl"), "-D", str(self.dir / "data"), "-l", str(self.dir / "log"),
+                           "-w", "-t", "60", "start"], stdout=subprocess.DEVNULL)
+            if started.returncode == 0:
+                break
+        else:
+            raise SystemExit("could not start a server:\n" + (self.dir / "log").read_text()[-2000:])
+        self.env = dict(os.environ, PGHOST="127.0.0.1", PGPORT=str(self.port), PGUSER="postgres",
+                        PGDATABASE="postgres", PATH=f"{BINDIR}:{os.environ['PATH']}")
+        self.env.pop("RUST_BACKTRACE", None)
+
+    def psql(self, db, script):
+        return subprocess.run([str(BINDIR / "psql"), "-X", "-q", "-d", db, "-v", "ON_ERROR_STOP=0",
+                               "-v", "VERBOSITY=default", "-f", "-"], input=script, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env)
+
+    def stop(self):
+        run([str(BINDIR / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "fast", "-w", "stop"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def free_port():
+    ports = list(range(59000, 60000))
+    random.shuffle(ports)
+    for port in ports:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise SystemExit("no free port in 59000-59999")
+
+
+def sql_edition_file(tmp):
+    out = tmp / "sql-edition"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "sql_edition.py"), "--out", str(out)],
+                   check=True, stdout=subprocess.DEVNULL)
+    return next(p for p in out.glob("pg_idem--*.sql") if not p.name.endswith(".tle.sql") and "--" not in p.name[9:])
+
+
+def main():
+    pages = [pathlib.Path(p).resolve() for p in sys.argv[1:]] or \
+        [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+    every = [s for p in pages for s in snippets(p)]
+    results = []  # (snippet, ok, why)
+    servers = {}
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="pg_idem_docs_files."))
+    os.chmod(tmp, 0o755)
+
+    def server(edition):
+        if edition not in servers:
+            conf = ["shared_preload_libraries = 'pg_idem'", "pg_idem.database = 'postgres'"] \
+                if edition == "native" else []
+            servers[edition] = Server(conf)
+        return servers[edition]
+
+    try:
+        edition_file = None
+        for page in pages:
+            page_snippets = [s for s in every if s.page == page]
+            for s in page_snippets:
+                if s.no_run:
+                    results.append((s, None, s.no_run))
+            for edition in ("native", "sql"):
+                group = [s for s in page_snippets if not s.no_run and s.lang == "sql" and s.edition == edition]
+                if not group:
+                    continue
+                srv = server(edition)
+                db = "doc_" + re.sub(r"\W", "_", page.stem.lower())
+                srv.psql("postgres", f"DROP DATABASE IF EXISTS {db}; CREATE DATABASE {db};")
+                script = []
+                if edition == "sql":
+                    if edition_file is None:
+                        edition_file = sql_edition_file(tmp)
+                    script.append(f"BEGIN;\n\\i {edition_file}\nCOMMIT;")
+                for i, s in enumerate(group):
+                    script.append(f"\\echo {MARK} {i}")
+                    if s.setup:
+                        script.append(f"\\i {SETUP / (s.setup + '.sql')}")
+                        script.append(f"\\echo {MARK} {i} snippet")
+                    script.append(s.code)
+                script.append(f"\\echo {MARK} end")
+                out = srv.psql(db, "\n".join(script) + "\n").stdout
+                # errors read as in an interactive session, without the script's line number
+                out = re.sub(r"^psql:<stdin>:\d+: ", "", out, flags=re.M)
+                parts = re.split(rf"^{MARK} (\S+)(?: snippet)?\n", out, flags=re.M)
+                chunks = {}
+                for k in range(1, len(parts) - 1, 2):
+                    chunks[parts[k]] = parts[k + 1]  # a setup's own output is overwritten by the snippet's
+                if "end" not in chunks and edition_file is not None and edition == "sql":
+                    pass
+                for i, s in enumerate(group):
+                    got = chunks.get(str(i))
+                    if got is None:
+                        results.append((s, False, "psql stopped before it:\n" + out[-2000:]))
+                    elif s.error and "ERROR:" not in got:
+                        results.append((s, False, "it should raise an error and did not:\n" + got))
+                    elif not s.error and ("ERROR:" in got or "FATAL:" in got):
+                        results.append((s, False, got))
+                    elif s.expected is not None and not matches(s.expected, got):
+                        results.append((s, False, "the output differs from the page's:\n--- page\n"
+                                        + s.expected + "--- got\n" + got))
+                    else:
+                        results.append((s, True, ""))
+            for s in page_snippets:
+                if s.no_run or s.lang != "sh":
+                    continue
+                srv = server(s.edition)
+                work = pathlib.Path(tempfile.mkdtemp(prefix="snippet.", dir=tmp))
+                os.chmod(work, 0o777)
+                env = dict(srv.env, PG_IDEM_ROOT=str(ROOT), PG_IDEM_DOCS_TMP=str(tmp))
+                code = s.code
+                if s.setup:
+                    code = f"set -e\nsource {SETUP / (s.setup + '.sh')}\nset +e\n" + code
+                p = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=work, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                got = p.stdout
+                if s.error != (p.returncode != 0):
+                    results.append((s, False, f"exit {p.returncode}:\n{got}"))
+                elif s.expected is not None and not matches(s.expected, got):
+                    results.append((s, False, "the output differs from the page's:\n--- page\n"
+                                    + s.expected + "--- got\n" + got))
+                else:
+                    results.append((s, True, ""))
+        reference = reference_checks(server("native")) if not sys.argv[1:] else []
+    finally:
+        for srv in servers.values():
+            srv.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    links = []
+    for name, ok, why in reference:
+        links.append((name, ok, [why]))
+    for page in pages:
+        bad = broken_links(page)
+        links.append((page, not bad, bad))
+    results.sort(key=lambda r: (str(r[0].page), r[0].line))
+    for s, ok, why in results:
+        status = "skipped" if ok is None else "ok" if ok else "FAILED"
+        print(f"{status:8} {s.where} ({s.lang}{'' if s.lang == 'sh' else ', ' + s.edition})"
+              + (f": {why}" if ok is None else ""))
+        if ok is False:
+            print("    " + why.replace("\n", "\n    "))
+    for page, ok, bad in links:
+        if isinstance(page, str):
+            print(f"{'ok' if ok else 'FAILED':8} {page}" + ("" if ok else ": " + bad[0]))
+            continue
+        print(f"{'ok' if ok else 'FAILED':8} {page.relative_to(ROOT)}: links" + ("" if ok else ": broken: " + ", ".join(bad)))
+    p = sum(1 for r in results if r[1] is True) + sum(1 for l in links if l[1])
+    f = sum(1 for r in results if r[1] is False) + sum(1 for l in links if not l[1])
+    k = sum(1 for r in results if r[1] is None)
+    for s, ok, why in results:
+        if ok is None and os.environ.get("PG_IDEM_SKIP_LOG"):
+            with open(os.environ["PG_IDEM_SKIP_LOG"], "a") as log:
+                log.write(f"SKIPPED: docs::{s.where}: {why}\n")
+    print(f"{p + k} passed, {f} failed, {k} skipped" if os.environ.get("PG_IDEM_SKIP_LOG")
+          else f"{p} passed, {f} failed, {k} skipped")
+    return 1 if f else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
