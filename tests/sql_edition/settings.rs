@@ -165,6 +165,18 @@ fn settings_are_read_and_refused_as_natively() {
              FROM idem.setting_definitions() AS d WHERE d.scope <> 'database' ORDER BY d.name",
         );
         assert_eq!(definitions, native, "{}", target.name());
+        // and the defaults a call starts from are those of the definitions
+        let defaults = first(
+            &mut target.client_as(ADMIN),
+            "SELECT pg_catalog.format('%s', idem.owner_settings(false)) = pg_catalog.format('(%s,%s,%s,%s,%s,%s,%s)',
+                    (d->>'pg_idem.tenant_grants')::bool, d->>'pg_idem.max_key_length',
+                    d->>'pg_idem.max_response_bytes', d->>'pg_idem.max_batch_keys',
+                    (d->>'pg_idem.lease_timeout')::bigint * 1000, (d->>'pg_idem.ttl')::bigint * 1000000,
+                    (d->>'pg_idem.reject_stale_uuidv7')::bool)
+             FROM (SELECT pg_catalog.jsonb_object_agg(s.name, s.boot_val) AS d
+                     FROM idem.setting_definitions() AS s) AS definitions",
+        );
+        assert_eq!(defaults, "t", "{}: idem.owner_settings()'s defaults", target.name());
     }
 }
 
