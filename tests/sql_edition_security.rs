@@ -1545,7 +1545,11 @@ fn revoking_the_advisory_lock_functions_keeps_other_roles_off_the_key_locks() {
         "pg_try_advisory_xact_lock_shared",
     ] {
         assert_eq!(
-            ask(&mut mallory, &format!("SELECT pg_catalog.{function}(1::bigint)")).code(),
+            ask(
+                &mut mallory,
+                &format!("SELECT pg_catalog.{function}(1::bigint)")
+            )
+            .code(),
             Some("42501"),
             "{function}(bigint)"
         );
@@ -1558,7 +1562,10 @@ fn revoking_the_advisory_lock_functions_keeps_other_roles_off_the_key_locks() {
     assert_eq!(
         ask(
             &mut bank,
-            &format!("SELECT idem_complete('bank', 'order-1', {}, 200) IS NOT NULL", fence("f"))
+            &format!(
+                "SELECT idem_complete('bank', 'order-1', {}, 200) IS NOT NULL",
+                fence("f")
+            )
         )
         .first(),
         "t"

@@ -176,7 +176,12 @@ fn settings_are_read_and_refused_as_natively() {
              FROM (SELECT pg_catalog.jsonb_object_agg(s.name, s.boot_val) AS d
                      FROM idem.setting_definitions() AS s) AS definitions",
         );
-        assert_eq!(defaults, "t", "{}: idem.owner_settings()'s defaults", target.name());
+        assert_eq!(
+            defaults,
+            "t",
+            "{}: idem.owner_settings()'s defaults",
+            target.name()
+        );
     }
 }
 
@@ -235,13 +240,24 @@ fn the_owners_settings_reach_every_session_per_database_and_role() {
         other => panic!("{other:?}"),
     };
     let some = |a: &str, b: &str| (Some(a.to_string()), Some(b.to_string()));
-    assert_eq!(minutes(&user[0]), some("180", "45"), "the role's ttl, the database's lease");
+    assert_eq!(
+        minutes(&user[0]),
+        some("180", "45"),
+        "the role's ttl, the database's lease"
+    );
     assert_eq!(minutes(&user[2]), some("10", "45"), "SET LOCAL first");
-    assert_eq!(minutes(&user[3]), some("180", "45"), "SET LOCAL ends with its transaction");
+    assert_eq!(
+        minutes(&user[3]),
+        some("180", "45"),
+        "SET LOCAL ends with its transaction"
+    );
     let other = conform(
         &targets,
         OTHER,
-        &[(0, &times("k5")), (0, &claim("idem_claim('t', 'ninechars', 'h')"))],
+        &[
+            (0, &times("k5")),
+            (0, &claim("idem_claim('t', 'ninechars', 'h')")),
+        ],
     );
     assert_eq!(minutes(&other[0]), some("120", "45"), "the database's ttl");
 }
@@ -293,7 +309,11 @@ fn a_sessions_own_owner_settings_are_ignored_and_said_once() {
     db.batch_execute("SET pg_idem.max_key_length = 3; SET pg_idem.tenant_grants = off")
         .unwrap();
     for key in ["long-key-1", "long-key-2"] {
-        assert_eq!(claim_of(&mut db, key), "claimed", "the session's limit is ignored");
+        assert_eq!(
+            claim_of(&mut db, key),
+            "claimed",
+            "the session's limit is ignored"
+        );
     }
     assert_eq!(
         *warnings.lock().unwrap(),
@@ -329,12 +349,18 @@ fn the_owners_tables_refuse_what_the_sql_edition_cannot_follow() {
     let target = Target::plain();
     let mut owner = target.client_as(ADMIN);
     for (sql, code) in [
-        ("INSERT INTO idem.settings VALUES ('pg_idem.purge_interval', '1min')", "0A000"),
+        (
+            "INSERT INTO idem.settings VALUES ('pg_idem.purge_interval', '1min')",
+            "0A000",
+        ),
         (
             "INSERT INTO idem.role_settings VALUES ('app_user', 'pg_idem.purge_in_passing', 'off')",
             "0A000",
         ),
-        ("INSERT INTO idem.role_settings VALUES ('nobody', 'pg_idem.ttl', '1h')", "42704"),
+        (
+            "INSERT INTO idem.role_settings VALUES ('nobody', 'pg_idem.ttl', '1h')",
+            "42704",
+        ),
         // a row written with the owner's trigger off is still held to the stored form
         (
             "BEGIN; ALTER TABLE idem.settings DISABLE TRIGGER settings_row; \
