@@ -166,8 +166,12 @@ fn settings_are_read_and_refused_as_natively() {
         );
         assert_eq!(definitions, native, "{}", target.name());
         // and the defaults a call starts from are those of the definitions
+        let mut owner = target.client_as(ADMIN);
+        owner
+            .batch_execute("DELETE FROM idem.settings; DELETE FROM idem.role_settings")
+            .expect("back to the defaults");
         let defaults = first(
-            &mut target.client_as(ADMIN),
+            &mut owner,
             "SELECT pg_catalog.format('%s', idem.owner_settings(false)) = pg_catalog.format('(%s,%s,%s,%s,%s,%s,%s)',
                     (d->>'pg_idem.tenant_grants')::bool, d->>'pg_idem.max_key_length',
                     d->>'pg_idem.max_response_bytes', d->>'pg_idem.max_batch_keys',
