@@ -218,8 +218,8 @@ def fill_side(server: Server, sc: str, kind: int, n: int) -> None:
     with its fillfactor reserve (5%) plus the rest of the last row free: room for one more claim,
     so every new claim of the runs would land in (and write a full-page image of) an old page.
     Real calls leave less (a claim's narrow row is widened in place by idem_complete;
-    fill_layout.py: 68 of 3,000 new claims went to old pages after a real-call fill, all 3,000
-    after a plain pre-fill, 15 after this packed one). So these pages are packed full, as the
+    bench/fill_layout.py, removed after 45f9b77: 68 of 3,000 new claims went to old pages after
+    a real-call fill, all 3,000 after a plain pre-fill, 15 after this packed one). So these pages are packed full, as the
     hand-written table's are (fillfactor 100: 7 of 3,000 to old pages pre-filled, 437 after
     real calls, which this pre-fill does not reproduce on that side), and the table's own
     fillfactor comes back before the runs. Consumed messages are written once and never updated: their pre-fill leaves
@@ -626,10 +626,10 @@ def render(out: Path, results: dict) -> None:
                      + f"; VACUUM (ANALYZE) {step.get('vacuum_seconds', 0):.0f} s. shared_buffers {step.get('shared_buffers')}.")
             if step["group"] == "request":
                 L.append("Pre-filled pages are packed full on both sides (idem.keys with fillfactor 100 during the "
-                         "pre-fill, 95 again for the runs; handrolled_keys has 100): new keys go to new pages (fill_layout.py: "
+                         "pre-fill, 95 again for the runs; handrolled_keys has 100): new keys go to new pages ("
                          "15 and 7 of 3,000 to old pages), about as after real calls on pg_idem's side (68) and "
                          "unlike them on the hand-written side (437); the pre-filled heap is denser than one grown by real "
-                         "calls (bench/README.md, *What the pre-fill does not reproduce*; `bench/fill_layout.py`).")
+                         "calls (bench/README.md, *What the pre-fill does not reproduce*).")
             rw = step.get("row_width") or {}
             if rw:
                 L.append("Row bytes (`pg_column_size`), a real call's row vs a pre-filled row: "
