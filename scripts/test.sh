@@ -43,10 +43,11 @@
 # clients/test.sh runs their unit tests and the HTTP conformance suite against every reference
 # app with the native edition, the SQL edition and through PgBouncer; bench/http_middleware.py
 # in smoke mode);
-# and once: lint (cargo fmt --check, cargo clippy -D warnings, META.json's version), the
-# benchmark runners and bench/'s diagnostics in smoke mode (15), and the package (tests/package/run.sh: the .deb built,
-# checked unpacked, and the demo run against a copy of Debian's PostgreSQL 15 with the package's
-# files in it; nothing is installed).
+# and once: lint (cargo fmt --check, cargo clippy -D warnings, META.json's version, the
+# bench/report/ paths the docs cite), the benchmark runners and bench/'s diagnostics in smoke
+# mode (15), and the package (tests/package/run.sh: the .deb built, checked unpacked, and the
+# demo run against a copy of Debian's PostgreSQL 15 with the package's files in it; nothing is
+# installed).
 # Every step runs even when one before it failed; the last line counts the tests of all steps:
 # "N passed, N failed, N skipped".
 #
@@ -252,6 +253,14 @@ lint() {
     meta="$(python3 -c 'import json; print(json.load(open("META.json"))["version"])')"
     cargo="$(sed -nE 's/^version = "([^"]+)"/\1/p' Cargo.toml | head -n 1)"
     [ "$meta" = "$cargo" ] || { echo "META.json says $meta, Cargo.toml $cargo" >&2; rc=1; }
+    # every benchmark report the docs cite is there: bench/report/... in README.md,
+    # CONTRIBUTING.md and bench/README.md, and bench/README.md's links to report/...
+    local cited
+    for cited in $( { grep -ohE 'bench/report/[A-Za-z0-9_./-]*' README.md CONTRIBUTING.md bench/README.md
+        grep -ohE '\(report/[^) ]*\)|`report/[^` ]*`' bench/README.md | tr -d '()`' | sed 's|^|bench/|'
+    } | sed -E 's/[.,:;]+$//' | sort -u); do
+        [ -e "$cited" ] || { echo "the docs cite $cited, which does not exist" >&2; rc=1; }
+    done
     return $rc
 }
 
