@@ -15,33 +15,17 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+from lib import fmt, summarize_noise, summarize_rounds
 from scenario_list import DESCRIPTIONS, SCENARIOS
-
-
-def median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def summarize(results: dict) -> dict:
     summ = {}
     for key, recs in results.get("runs", {}).items():
-        ok = [r for r in recs if r["tps"] is not None]
-        s = {
-            "rounds": len(recs),
-            "tps": median([r["tps"] for r in ok]),
-            "tps_min": min((r["tps"] for r in ok), default=None),
-            "tps_max": max((r["tps"] for r in ok), default=None),
-            "p50_ms": median([r["p50_ms"] for r in ok]),
-            "p99_ms": median([r["p99_ms"] for r in ok]),
-            "wal_bytes_per_txn": median([r["wal_bytes_per_txn"] for r in ok]),
-            "wal_fpi_per_txn": median([r["wal_fpi_per_txn"] for r in ok]),
-            "keys_bytes_per_key": median([r.get("keys_bytes_per_key") for r in ok]),
-            "txns": sum(r["txns"] for r in recs),
-            "other_cpu_max": max((r.get("other_cpu_share") or 0 for r in recs), default=0),
-            "steal_max": max((r.get("steal_share") or 0 for r in recs), default=0),
-            "cal_ms": median([r.get("cpu_cal_ms") for r in recs]),
-        }
+        s = summarize_rounds(recs, ["p50_ms", "p99_ms", "wal_bytes_per_txn", "wal_fpi_per_txn",
+                                    "keys_bytes_per_key"])
+        s["txns"] = sum(r["txns"] for r in recs)
+        s.update(summarize_noise(recs))
         iu = sum(r["idem_upd"] for r in recs)
         ih = sum(r["idem_hot"] for r in recs)
         hu = sum(r["hr_upd"] for r in recs)
@@ -54,14 +38,6 @@ def summarize(results: dict) -> dict:
             s["outcomes"] = {k: sum(o[k] for o in outs) for k in outs[0]}
         summ[key] = s
     return summ
-
-
-def fmt(x, nd=1, unit=""):
-    if x is None:
-        return "n/a"
-    if isinstance(x, float):
-        return f"{x:,.{nd}f}{unit}"
-    return f"{x:,}{unit}"
 
 
 def svg_chart(summ: dict, scenarios: list[str], clients: list[int], contended_clients: int,

@@ -41,7 +41,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -53,9 +52,10 @@ from types import SimpleNamespace
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-import run  # noqa: E402
-from run import (BATCH, REPO_DIR, SCENARIO_DIR, BenchError, Server, calibrate,  # noqa: E402
-                 fill_handrolled, fill_idem, log, median, run_pgbench, use_pg)
+import lib  # noqa: E402
+from lib import (BATCH, REPO_DIR, SCENARIO_DIR, BenchError, Server, calibrate, exit_status,  # noqa: E402
+                 fill_handrolled, fill_idem, fmt, interrupt_on_sigterm, library_replaced, log, run_pgbench,
+                 stamp_end, summarize_noise, summarize_rounds, use_pg)
 from environment import environment  # noqa: E402
 
 # group -> side -> scenario script; the first side is the hand-written pattern the ratios use
@@ -93,7 +93,7 @@ def side_script(group: str, side: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-# Noise: run.py's CpuSampler counts every process called `postgres` as ours; on a machine where
+# Noise: lib.py's CpuSampler counts every process called `postgres` as ours; on a machine where
 # others run test servers that hides them. Here "ours" is this runner's servers (the postmasters
 # and their children) and the pgbench it started; every other process is noise.
 # ------------------------------------------------------------------------------------------------
@@ -101,34 +101,23 @@ def side_script(group: str, side: str) -> str:
 OUR_POSTMASTERS: set[int] = set()
 
 
-class OwnProcessSampler(run.CpuSampler):
+class OwnProcessSampler(lib.CpuSampler):
     @staticmethod
     def read() -> dict[int, tuple[str, int]]:
         out = {}
         me = os.getpid()
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    data = f.read()
-            except OSError:
-                continue
-            r = data.rfind(")")
-            fields = data[r + 2:].split()
-            pid, ppid = int(name), int(fields[1])
-            ours = pid in OUR_POSTMASTERS or ppid in OUR_POSTMASTERS or (ppid == me and fields[0] != "Z")
+        for pid, (comm, state, ppid, ticks) in lib.proc_stats().items():
+            ours = pid in OUR_POSTMASTERS or ppid in OUR_POSTMASTERS or (ppid == me and state != "Z")
             # the base class counts comm "postgres" and "pgbench" as ours: name the others apart
-            comm = data[data.find("(") + 1:r]
-            if not ours and comm in run.CpuSampler.OURS:
+            if not ours and comm in lib.CpuSampler.OURS:
                 comm = f"other {comm}"
             elif ours:
                 comm = "postgres"
-            out[pid] = (comm, int(fields[11]) + int(fields[12]))
+            out[pid] = (comm, ticks)
         return out
 
 
-run.CpuSampler = OwnProcessSampler   # run_pgbench samples with it
+lib.CpuSampler = OwnProcessSampler   # run_pgbench samples with it
 
 
 def remember_postmaster(server: Server) -> None:
@@ -352,20 +341,10 @@ def run_matrix(sides: dict[str, Side], args, workdir: str, results: dict) -> lis
 def summarize(results: dict) -> dict:
     summ = {}
     for key, recs in results.get("runs", {}).items():
-        ok = [r for r in recs if r["tps"] is not None]
-        summ[key] = {
-            "rounds": len(recs),
-            "tps": median([r["tps"] for r in ok]),
-            "tps_min": min((r["tps"] for r in ok), default=None),
-            "tps_max": max((r["tps"] for r in ok), default=None),
-            "p50_ms": median([r["p50_ms"] for r in ok]),
-            "p99_ms": median([r["p99_ms"] for r in ok]),
-            "wal_bytes_per_txn": median([r["wal_bytes_per_txn"] for r in ok]),
-            "other_cpu_max": max((r.get("other_cpu_share") or 0 for r in recs), default=0),
-            "steal_max": max((r.get("steal_share") or 0 for r in recs), default=0),
-            "cal_ms": median([r.get("cpu_cal_ms") for r in recs]),
-            "load_max": max((r.get("loadavg1_before") or 0 for r in recs), default=0),
-        }
+        s = summarize_rounds(recs, ["p50_ms", "p99_ms", "wal_bytes_per_txn"])
+        s.update(summarize_noise(recs))
+        s["load_max"] = max((r.get("loadavg1_before") or 0 for r in recs), default=0)
+        summ[key] = s
     return summ
 
 
@@ -395,12 +374,6 @@ def ratios(results: dict, summ: dict) -> dict:
                 out[f"{g}@{c}/{a}:{b}"] = {"group": g, "clients": c, "num": a, "den": b,
                                              "ratio": ta / tb if ta and tb else None, "per_round": per_round}
     return out
-
-
-def fmt(x, nd=1):
-    if x is None:
-        return "n/a"
-    return f"{x:,.{nd}f}"
 
 
 COLORS = {"hand": "#4c78a8", "plpgsql": "#9d755d", "sql": "#f58518", "native": "#54a24b"}
@@ -593,7 +566,7 @@ def write_report(out: Path, results: dict) -> None:
         script = side_script(g, side)
         L(f"| {g} | {c} | {side_title(side)} | `{script}.sql` | {fmt(s['tps'])} | {fmt(s['tps_min'], 0)}-{fmt(s['tps_max'], 0)} | "
           f"{fmt(s['p50_ms'], 3)} | {fmt(s['p99_ms'], 3)} | {fmt(s['wal_bytes_per_txn'], 0)} | "
-          f"{fmt(s['other_cpu_max'] * 100, 0)}% | {fmt(s['load_max'], 2)} | {fmt(s['cal_ms'], 0)} |")
+          f"{fmt(s['other_cpu_max'] * 100, 0)}% | {fmt(float(s['load_max']), 2)} | {fmt(s['cal_ms'], 0)} |")
     L("")
     L("TPS counts transactions (consume_many: 100 messages each). p50/p99 from pgbench's per-transaction log, "
       "median over rounds. CPU cal.: milliseconds of a fixed CPU-bound query on the side's server just before "
@@ -705,10 +678,7 @@ def main(argv=None) -> int:
         common.append(f"{name.strip()} = '{value.strip().strip(chr(39))}'")
     native_settings = ["shared_preload_libraries = 'pg_idem'", "pg_idem.purge_interval = 0"] + common
 
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
+    interrupt_on_sigterm()
     started = time.time()
     results: dict = {
         "command": "python3 " + " ".join(shlex.quote(x) for x in [os.path.relpath(sys.argv[0], REPO_DIR)] + argv),
@@ -775,14 +745,9 @@ def main(argv=None) -> int:
         problems.append(f"runner error: {e}")
         log(f"error: {e}")
     finally:
-        so = results.get("environment", {}).get("pg_idem_so", {})
-        try:
-            st = os.stat(so.get("path", ""))
-            if so.get("bytes") is not None and (st.st_size != so["bytes"] or dt.datetime.fromtimestamp(
-                    st.st_mtime).isoformat(timespec="seconds") != so.get("mtime")):
-                problems.append(f"{so['path']} was replaced while the benchmark ran; rerun")
-        except OSError:
-            pass
+        replaced = library_replaced(results)
+        if replaced:
+            problems.append(f"{replaced} was replaced while the benchmark ran; rerun")
         log("stopping the servers")
         for srv, tag in ((srv_s, "S"), (srv_n, "N")):
             if srv is None:
@@ -794,10 +759,8 @@ def main(argv=None) -> int:
             srv.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    results["finished_at"] = dt.datetime.now().isoformat(timespec="seconds")
-    results["elapsed_s"] = time.time() - started
+    stamp_end(results, started, problems)
     results["loadavg"]["end"] = [round(x, 2) for x in os.getloadavg()]
-    results["problems"] = problems
     render(out, results)
     for key in results.get("matrix_order", []):
         s = results["summary"].get(key)
@@ -814,12 +777,7 @@ def main(argv=None) -> int:
     for key, v in results["ratios"].items():
         if v["ratio"] is not None:
             print(f"  {key:<32} {v['ratio']:.2f}x  ({', '.join(f'{x:.2f}' for x in v['per_round'])})")
-    if problems:
-        print("\nFAILED:", file=sys.stderr)
-        for p in problems:
-            print(f"  - {p}", file=sys.stderr)
-        return 1
-    return 0
+    return exit_status(problems)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from run import PG_SH, REQUEST_HASH, BenchError, Server, use_pg  # noqa: E402
+from lib import PG_SH, REQUEST_HASH, BenchError, Server, use_pg  # noqa: E402
 from sql_edition import bench_schema, file_info, generate_sql_edition, install_sql_edition, on_db  # noqa: E402
 
 H = REQUEST_HASH

@@ -23,7 +23,7 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from run import Server, log, median, use_pg  # noqa: E402
+from lib import Server, log, median, use_pg  # noqa: E402
 
 
 def main() -> int:
