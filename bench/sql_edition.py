@@ -52,6 +52,7 @@ from types import SimpleNamespace
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
+import charts  # noqa: E402
 import lib  # noqa: E402
 from lib import (BATCH, REPO_DIR, SCENARIO_DIR, BenchError, Server, calibrate, exit_status,  # noqa: E402
                  fill_handrolled, fill_idem, fmt, interrupt_on_sigterm, library_replaced, log, run_pgbench,
@@ -405,10 +406,7 @@ def svg_chart(results: dict, summ: dict, title: str) -> str:
     rows = (len(groups) + cols - 1) // cols
     W = L + cols * (PW + GAP)
     H = T + rows * (PH + 80) + 40
-    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
-         f'font-family="Helvetica,Arial,sans-serif" font-size="12">',
-         f'<rect width="{W}" height="{H}" fill="white"/>',
-         f'<text x="{W / 2}" y="22" text-anchor="middle" font-size="15" font-weight="bold">{escape(title)}</text>']
+    o = charts.svg_open(W, H, escape(title), 22, 15)
     # legend
     lx = L
     for s in all_sides:
@@ -420,10 +418,7 @@ def svg_chart(results: dict, summ: dict, title: str) -> str:
         py = T + 20 + (gi // cols) * (PH + 80)
         vals = [summ[k]["tps_max"] or 0 for k in summ if k.startswith(g + "@")]
         vmax = max(vals + [1])
-        raw = vmax * 1.1 / 5
-        mag = 10 ** (len(str(int(max(raw, 1)))) - 1)
-        step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-        top = step * 5
+        top = charts.bar_axis_top(vmax * 1.1 / 5)
         o.append(f'<text x="{px + PW / 2}" y="{py - 8}" text-anchor="middle" font-weight="bold">{escape(g)}</text>')
         for i in range(6):
             v = top * i / 5
@@ -440,21 +435,10 @@ def svg_chart(results: dict, summ: dict, title: str) -> str:
             for bi, s in enumerate(present):
                 st = summ[f"{g}@{c}/{s}"]
                 v = st["tps"] or 0
-                h = PH * v / top
-                x = x0 + bi * bw
-                y = py + PH - h
-                o.append(f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{bw - 2:.1f}" height="{h:.1f}" '
-                         f'fill="{side_color(s, variants)}"><title>{escape(g)} @ {c}: {escape(side_title(s))} '
-                         f'{v:,.0f} tps</title></rect>')
-                ytext = y
-                if st["rounds"] > 1 and st["tps_min"] is not None:
-                    y1 = py + PH - PH * st["tps_min"] / top
-                    y2 = py + PH - PH * st["tps_max"] / top
-                    xm = x + bw / 2
-                    o.append(f'<line x1="{xm:.1f}" y1="{y1:.1f}" x2="{xm:.1f}" y2="{y2:.1f}" stroke="#333"/>')
-                    ytext = min(y, y2)
-                o.append(f'<text x="{x + bw / 2:.1f}" y="{ytext - 4:.1f}" text-anchor="middle" font-size="9">'
-                         f'{v:,.0f}</text>')
+                whisker = st["rounds"] > 1
+                charts.bar(o, x0 + bi * bw, bw, py + PH, PH, top, v, st["tps_min"] if whisker else None,
+                           st["tps_max"] if whisker else None, side_color(s, variants),
+                           f"{escape(g)} @ {c}: {escape(side_title(s))} {v:,.0f} tps", 1, 4, 9)
             o.append(f'<text x="{px + ci * cw + cw / 2:.1f}" y="{py + PH + 16}" text-anchor="middle">'
                      f'{c} client{"s" if c != 1 else ""}</text>')
         o.append(f'<text x="{px - 52}" y="{py + PH / 2}" transform="rotate(-90 {px - 52} {py + PH / 2})" '
