@@ -37,6 +37,18 @@ SMALL_BODY = ("jsonb_build_object('payment_id', {i}, 'status', 'succeeded', "
               "'amount_cents', 1000 + {i} % 9000, 'currency', 'EUR')")
 
 
+# postgresql.conf of run.py's and sql_edition.py's servers, after shared_preload_libraries and
+# shared_buffers: fsync and synchronous_commit at their defaults
+SERVER_SETTINGS = [
+    "max_wal_size = '16GB'",
+    "min_wal_size = '1GB'",
+    "checkpoint_timeout = '30min'",
+    "max_connections = 100",
+    "log_checkpoints = on",
+    "log_autovacuum_min_duration = '1s'",
+    "log_min_messages = warning",
+]
+
 FILL_WORKERS = 2           # parallel fill sessions
 BATCH = 100                # messages per transaction of inbox_batch / consume_batch (their .sql)
 
@@ -473,6 +485,25 @@ def fmt(x, nd=1, unit="", whole_from=None):
 # ------------------------------------------------------------------------------------------------
 # The end of a run
 # ------------------------------------------------------------------------------------------------
+
+def check_tools(tools=("psql", "pgbench", "bash")) -> None:
+    """BenchError when one of `tools` is not in PATH."""
+    for tool in tools:
+        if shutil.which(tool) is None:
+            raise BenchError(f"{tool} not found in PATH")
+
+
+def conf_lines(sets: list[str]) -> list[str]:
+    """postgresql.conf lines from --set NAME=VALUE options (quotes around VALUE dropped); BenchError
+    for one without '='."""
+    lines = []
+    for line in sets:
+        name, eq, value = line.partition("=")
+        if not eq:
+            raise BenchError(f"--set wants NAME=VALUE, got {line!r}")
+        lines.append(f"{name.strip()} = '{value.strip().strip(chr(39))}'")
+    return lines
+
 
 def interrupt_on_sigterm() -> None:
     """SIGTERM ends a run as Ctrl-C does (KeyboardInterrupt): the servers are stopped, the report

@@ -30,8 +30,8 @@ import time
 import uuid
 from pathlib import Path
 
-from lib import (BATCH, BENCH_DIR, FILL_WORKERS, REPO_DIR, SCENARIO_DIR, BenchError, PgbenchResult,
-                 Server, calibrate, exit_status, fill_handrolled, fill_idem, interrupt_on_sigterm,
+from lib import (BATCH, BENCH_DIR, FILL_WORKERS, REPO_DIR, SCENARIO_DIR, SERVER_SETTINGS, BenchError,
+                 PgbenchResult, Server, calibrate, check_tools, conf_lines, exit_status, fill_handrolled, fill_idem, interrupt_on_sigterm,
                  library_replaced, log, median, percentile, run_pgbench, stamp_end, timed_notice, use_pg)
 from scenario_list import SCENARIOS
 from environment import environment
@@ -483,29 +483,16 @@ def main(argv=None) -> int:
         use_pg(args.pg)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    for tool in ("psql", "pgbench", "bash"):
-        if shutil.which(tool) is None:
-            print(f"error: {tool} not found in PATH", file=sys.stderr)
-            return 2
-
-    settings = [
-        "shared_preload_libraries = 'pg_idem'",
-        "pg_idem.purge_interval = 0",          # paused, except during the purge measurement
-        "shared_buffers = '2GB'",
-        "max_wal_size = '16GB'",
-        "min_wal_size = '1GB'",
-        "checkpoint_timeout = '30min'",
-        "max_connections = 100",
-        "log_checkpoints = on",
-        "log_autovacuum_min_duration = '1s'",
-        "log_min_messages = warning",
-    ]
-    for line in args.set:
-        name, eq, value = line.partition("=")
-        if not eq:
-            print(f"error: --set wants NAME=VALUE, got {line!r}", file=sys.stderr)
-            return 2
-        settings.append(f"{name.strip()} = '{value.strip().strip(chr(39))}'")
+    try:
+        check_tools()
+        settings = [
+            "shared_preload_libraries = 'pg_idem'",
+            "pg_idem.purge_interval = 0",          # paused, except during the purge measurement
+            "shared_buffers = '2GB'",
+        ] + SERVER_SETTINGS + conf_lines(args.set)
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
     interrupt_on_sigterm()
     started = time.time()

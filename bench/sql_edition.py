@@ -54,9 +54,9 @@ sys.path.insert(0, str(BENCH_DIR))
 
 import charts  # noqa: E402
 import lib  # noqa: E402
-from lib import (BATCH, REPO_DIR, SCENARIO_DIR, BenchError, Server, calibrate, exit_status,  # noqa: E402
-                 fill_handrolled, fill_idem, fmt, interrupt_on_sigterm, library_replaced, log, run_pgbench,
-                 stamp_end, summarize_noise, summarize_rounds, use_pg)
+from lib import (BATCH, REPO_DIR, SCENARIO_DIR, SERVER_SETTINGS, BenchError, Server, calibrate,  # noqa: E402
+                 check_tools, conf_lines, exit_status, fill_handrolled, fill_idem, fmt, interrupt_on_sigterm,
+                 library_replaced, log, run_pgbench, stamp_end, summarize_noise, summarize_rounds, use_pg)
 from environment import environment  # noqa: E402
 
 # group -> side -> scenario script; the first side is the hand-written pattern the ratios use
@@ -640,26 +640,13 @@ def main(argv=None) -> int:
         use_pg(args.pg)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    for tool in ("psql", "pgbench", "bash"):
-        if shutil.which(tool) is None:
-            print(f"error: {tool} not found in PATH", file=sys.stderr)
-            return 2
-    common = [
-        "shared_buffers = '256MB'" if args.smoke else "shared_buffers = '2GB'",
-        "max_wal_size = '16GB'",
-        "min_wal_size = '1GB'",
-        "checkpoint_timeout = '30min'",
-        "max_connections = 100",
-        "log_checkpoints = on",
-        "log_autovacuum_min_duration = '1s'",
-        "log_min_messages = warning",
-    ]
-    for line in args.set:
-        name, eq, value = line.partition("=")
-        if not eq:
-            print(f"error: --set wants NAME=VALUE, got {line!r}", file=sys.stderr)
-            return 2
-        common.append(f"{name.strip()} = '{value.strip().strip(chr(39))}'")
+    try:
+        check_tools()
+        common = (["shared_buffers = '256MB'" if args.smoke else "shared_buffers = '2GB'"] + SERVER_SETTINGS
+                  + conf_lines(args.set))
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     native_settings = ["shared_preload_libraries = 'pg_idem'", "pg_idem.purge_interval = 0"] + common
 
     interrupt_on_sigterm()
