@@ -1,10 +1,14 @@
-"""Line charts as SVG, standard library only, for bench/scale.py and bench/soak.py (bench/render.py
-draws the bar chart of run.py).
+"""SVG charts, standard library only: line charts for bench/scale.py and bench/soak.py, and the
+pieces of the TPS bar charts that bench/render.py (run.py's) and bench/sql_edition.py lay out.
 
     line_chart(title, series, xlabel, ylabel, xlog=False) -> str
 
 series: a list of dicts {"name", "points": [(x, y), ...], "color"?, "dash"?, "marker"?}; points
 are drawn in the order given, joined by a line; a y of None breaks the line.
+
+    svg_open(width, height, title, title_y, title_size) -> list[str]   # the first lines
+    bar_axis_top(raw) -> float          # the top of a value axis of 5 round steps, each >= raw
+    bar(o, x, bw, base, height, top, v, lo, hi, color, tip, gap, label_dy, label_size)
 """
 
 from __future__ import annotations
@@ -32,6 +36,43 @@ def fmt_tick(v: float) -> str:
     if a >= 100 or v == int(v):
         return f"{v:,.0f}"
     return f"{v:g}"
+
+
+def svg_open(width: float, height: float, title: str, title_y: float, title_size: int) -> list[str]:
+    """The first lines of a chart: the svg element, a white background, the title (already escaped)."""
+    return [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+            f'font-family="Helvetica,Arial,sans-serif" font-size="12">',
+            f'<rect width="{width}" height="{height}" fill="white"/>',
+            f'<text x="{width / 2}" y="{title_y}" text-anchor="middle" font-size="{title_size}" '
+            f'font-weight="bold">{title}</text>']
+
+
+def bar_axis_top(raw: float) -> float:
+    """The top of a bar chart's value axis: 5 steps of 1, 2, 2.5, 5 or 10 times a power of ten,
+    each step at least `raw`."""
+    mag = 10 ** (len(str(int(max(raw, 1)))) - 1)
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    return step * 5
+
+
+def bar(o: list[str], x: float, bw: float, base: float, height: float, top: float, v: float, lo, hi,
+        color: str, tip: str, gap: float, label_dy: float, label_size: int) -> None:
+    """Appends to `o` a bar of value v in a slot [x, x + bw) (`gap` px free on each side), standing
+    on the axis at y = base that is `height` px tall for `top`; a whisker from lo to hi unless
+    either is None; v above the bar (or the whisker) by label_dy px. tip: the hover text."""
+    h = height * v / top
+    y = base - h
+    o.append(f'<rect x="{x + gap:.1f}" y="{y:.1f}" width="{bw - 2 * gap:.1f}" height="{h:.1f}" '
+             f'fill="{color}"><title>{tip}</title></rect>')
+    ytext = y
+    if lo is not None and hi is not None:
+        y1 = base - height * lo / top
+        y2 = base - height * hi / top
+        xm = x + bw / 2
+        o.append(f'<line x1="{xm:.1f}" y1="{y1:.1f}" x2="{xm:.1f}" y2="{y2:.1f}" stroke="#333"/>')
+        ytext = min(y, y2)
+    o.append(f'<text x="{x + bw / 2:.1f}" y="{ytext - label_dy:.1f}" text-anchor="middle" '
+             f'font-size="{label_size}">{v:,.0f}</text>')
 
 
 def line_chart(title: str, series: list[dict], xlabel: str, ylabel: str, xlog: bool = False,

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -31,11 +30,9 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import run  # noqa: E402
 from environment import environment  # noqa: E402
-from run import BenchError, Server, log, median  # noqa: E402
+from lib import REPO_DIR as REPO, BenchError, Server, log, median  # noqa: E402
 
-REPO = run.REPO_DIR
 VENV_PY = "clients/python/.venv/bin/python"
 # pair -> (package's reference app, the same route with hand-written glue)
 PAIRS = {

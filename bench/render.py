@@ -15,33 +15,18 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import charts
+from lib import fmt, summarize_noise, summarize_rounds
 from scenario_list import DESCRIPTIONS, SCENARIOS
-
-
-def median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def summarize(results: dict) -> dict:
     summ = {}
     for key, recs in results.get("runs", {}).items():
-        ok = [r for r in recs if r["tps"] is not None]
-        s = {
-            "rounds": len(recs),
-            "tps": median([r["tps"] for r in ok]),
-            "tps_min": min((r["tps"] for r in ok), default=None),
-            "tps_max": max((r["tps"] for r in ok), default=None),
-            "p50_ms": median([r["p50_ms"] for r in ok]),
-            "p99_ms": median([r["p99_ms"] for r in ok]),
-            "wal_bytes_per_txn": median([r["wal_bytes_per_txn"] for r in ok]),
-            "wal_fpi_per_txn": median([r["wal_fpi_per_txn"] for r in ok]),
-            "keys_bytes_per_key": median([r.get("keys_bytes_per_key") for r in ok]),
-            "txns": sum(r["txns"] for r in recs),
-            "other_cpu_max": max((r.get("other_cpu_share") or 0 for r in recs), default=0),
-            "steal_max": max((r.get("steal_share") or 0 for r in recs), default=0),
-            "cal_ms": median([r.get("cpu_cal_ms") for r in recs]),
-        }
+        s = summarize_rounds(recs, ["p50_ms", "p99_ms", "wal_bytes_per_txn", "wal_fpi_per_txn",
+                                    "keys_bytes_per_key"])
+        s["txns"] = sum(r["txns"] for r in recs)
+        s.update(summarize_noise(recs))
         iu = sum(r["idem_upd"] for r in recs)
         ih = sum(r["idem_hot"] for r in recs)
         hu = sum(r["hr_upd"] for r in recs)
@@ -56,14 +41,6 @@ def summarize(results: dict) -> dict:
     return summ
 
 
-def fmt(x, nd=1, unit=""):
-    if x is None:
-        return "n/a"
-    if isinstance(x, float):
-        return f"{x:,.{nd}f}{unit}"
-    return f"{x:,}{unit}"
-
-
 def svg_chart(summ: dict, scenarios: list[str], clients: list[int], contended_clients: int,
               title: str) -> str:
     groups = [s for s in scenarios if any(k.startswith(s + "@") for k in summ)]
@@ -71,20 +48,13 @@ def svg_chart(summ: dict, scenarios: list[str], clients: list[int], contended_cl
     colors = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756"]
     vals = [summ[k]["tps"] or 0 for k in summ]
     vmax = max(vals) if vals else 1
-    # a round axis: 5 steps of 1, 2, 2.5 or 5 times a power of ten
-    raw = max(1.0, vmax * 1.1) / 5
-    mag = 10 ** int(len(str(int(raw))) - 1)
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    top = step * 5
+    top = charts.bar_axis_top(max(1.0, vmax * 1.1) / 5)
     W, H, L, R, T, B = 900, 440, 70, 20, 50, 70
     pw, ph = W - L - R, H - T - B
     gw = pw / max(1, len(groups))
     bars_per_group = len(counts)
     bw = min(42, (gw - 20) / max(1, bars_per_group))
-    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
-         f'font-family="Helvetica,Arial,sans-serif" font-size="12">',
-         f'<rect width="{W}" height="{H}" fill="white"/>',
-         f'<text x="{W / 2}" y="24" text-anchor="middle" font-size="16" font-weight="bold">{title}</text>']
+    o = charts.svg_open(W, H, title, 24, 16)
     for i in range(6):
         v = top * i / 5
         y = T + ph - ph * v / top
@@ -98,21 +68,10 @@ def svg_chart(summ: dict, scenarios: list[str], clients: list[int], contended_cl
         for bi, c in enumerate(present):
             s = summ[f"{g}@{c}"]
             v = s["tps"] or 0
-            h = ph * v / top
-            x = x0 + bi * bw
-            y = T + ph - h
-            col = colors[counts.index(c) % len(colors)]
-            o.append(f'<rect x="{x + 2:.1f}" y="{y:.1f}" width="{bw - 4:.1f}" height="{h:.1f}" fill="{col}">'
-                     f'<title>{g} @ {c} clients: {v:,.0f} tps</title></rect>')
-            ytext = y
-            if s["tps_min"] is not None and s["tps_max"] is not None and s["rounds"] > 1:
-                y1 = T + ph - ph * s["tps_min"] / top
-                y2 = T + ph - ph * s["tps_max"] / top
-                xm = x + bw / 2
-                o.append(f'<line x1="{xm:.1f}" y1="{y1:.1f}" x2="{xm:.1f}" y2="{y2:.1f}" stroke="#333"/>')
-                ytext = min(y, y2)
-            o.append(f'<text x="{x + bw / 2:.1f}" y="{ytext - 5:.1f}" text-anchor="middle" font-size="10">'
-                     f'{v:,.0f}</text>')
+            whisker = s["rounds"] > 1
+            charts.bar(o, x0 + bi * bw, bw, T + ph, ph, top, v, s["tps_min"] if whisker else None,
+                       s["tps_max"] if whisker else None, colors[counts.index(c) % len(colors)],
+                       f"{g} @ {c} clients: {v:,.0f} tps", 2, 5, 10)
         o.append(f'<text x="{L + gi * gw + gw / 2:.1f}" y="{T + ph + 18}" text-anchor="middle" '
                  f'font-weight="bold">{g}</text>')
     o.append(f'<line x1="{L}" y1="{T + ph}" x2="{W - R}" y2="{T + ph}" stroke="#333"/>')

@@ -22,23 +22,19 @@ import argparse
 import datetime as dt
 import json
 import os
-import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-import run  # noqa: E402  (the runner's server, pgbench and noise helpers)
-from run import (BenchError, Server, calibrate, log, median, run_pgbench, use_pg,  # noqa: E402
-                 REQUEST_HASH, PG_SH)
+from lib import (PG_SH, REQUEST_HASH, BenchError, Server, calibrate, exit_status, fmt,  # noqa: E402
+                 in_parallel, interrupt_on_sigterm, library_replaced, log, median, run_pgbench, stamp_end, use_pg)
 from environment import environment  # noqa: E402
 import charts  # noqa: E402
 
@@ -62,7 +58,7 @@ def per_txn_msgs(sc: str) -> int:
 
 
 # ------------------------------------------------------------------------------------------------
-# The server: run.py's, plus stop/start of the same data directory (optionally in a cgroup)
+# The server: lib.py's, plus stop/start of the same data directory (optionally in a cgroup)
 # ------------------------------------------------------------------------------------------------
 
 class ScaleServer(Server):
@@ -218,8 +214,8 @@ def fill_side(server: Server, sc: str, kind: int, n: int) -> None:
     with its fillfactor reserve (5%) plus the rest of the last row free: room for one more claim,
     so every new claim of the runs would land in (and write a full-page image of) an old page.
     Real calls leave less (a claim's narrow row is widened in place by idem_complete;
-    fill_layout.py: 68 of 3,000 new claims went to old pages after a real-call fill, all 3,000
-    after a plain pre-fill, 15 after this packed one). So these pages are packed full, as the
+    bench/fill_layout.py, removed after 45f9b77: 68 of 3,000 new claims went to old pages after
+    a real-call fill, all 3,000 after a plain pre-fill, 15 after this packed one). So these pages are packed full, as the
     hand-written table's are (fillfactor 100: 7 of 3,000 to old pages pre-filled, 437 after
     real calls, which this pre-fill does not reproduce on that side), and the table's own
     fillfactor comes back before the runs. Consumed messages are written once and never updated: their pre-fill leaves
@@ -247,21 +243,7 @@ def prefill(server: Server, group: str, kind: int, n: int) -> dict:
         fill_side(server, sc, kind, n)
         out[TABLE[sc]] = time.time() - t0
 
-    errors = []
-
-    def wrap(sc):
-        try:
-            side(sc)
-        except Exception as e:  # noqa: BLE001
-            errors.append(e)
-
-    ts = [threading.Thread(target=wrap, args=(sc,)) for sc in (a, b)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    if errors:
-        raise errors[0]
+    in_parallel(side, (a, b))
     return out
 
 
@@ -493,12 +475,9 @@ def run_step(server: ScaleServer, args, workdir: str, kind: int, group: str, siz
 # Report
 # ------------------------------------------------------------------------------------------------
 
-def fmt(x, nd=1):
-    if x is None:
-        return "n/a"
-    if isinstance(x, (int,)) or (isinstance(x, float) and abs(x) >= 1000):
-        return f"{x:,.0f}"
-    return f"{x:,.{nd}f}"
+def fmt_big(x, nd=1):
+    """fmt, a number of 1,000 or more without decimals."""
+    return fmt(x, nd, whole_from=1000)
 
 
 def summarize_step(step: dict) -> dict:
@@ -626,10 +605,10 @@ def render(out: Path, results: dict) -> None:
                      + f"; VACUUM (ANALYZE) {step.get('vacuum_seconds', 0):.0f} s. shared_buffers {step.get('shared_buffers')}.")
             if step["group"] == "request":
                 L.append("Pre-filled pages are packed full on both sides (idem.keys with fillfactor 100 during the "
-                         "pre-fill, 95 again for the runs; handrolled_keys has 100): new keys go to new pages (fill_layout.py: "
+                         "pre-fill, 95 again for the runs; handrolled_keys has 100): new keys go to new pages ("
                          "15 and 7 of 3,000 to old pages), about as after real calls on pg_idem's side (68) and "
                          "unlike them on the hand-written side (437); the pre-filled heap is denser than one grown by real "
-                         "calls (bench/README.md, *What the pre-fill does not reproduce*; `bench/fill_layout.py`).")
+                         "calls (bench/README.md, *What the pre-fill does not reproduce*).")
             rw = step.get("row_width") or {}
             if rw:
                 L.append("Row bytes (`pg_column_size`), a real call's row vs a pre-filled row: "
@@ -649,13 +628,13 @@ def render(out: Path, results: dict) -> None:
         for s, runs in step["runs"].items():
             m = summ[s]
             c = runs[0]["clients"] if runs else "?"
-            L.append(f"| {s} | {c} | {fmt(m['rows_first'])} → {fmt(m['rows_last'])} | {fmt(m['tps'])} ({fmt(m['tps_min'])}-{fmt(m['tps_max'])}) | "
-                     f"{fmt(m['p99_ms'], 2)} | {fmt(m['wal_bytes_per_txn'], 0)} | {fmt(m['heap_read_per_txn'], 2)} | "
-                     f"{fmt(m['idx_read_per_txn'], 2)} | {fmt(m['io_reads_per_txn'], 2)} | {fmt(m['disk_kb_read_per_txn'], 1)} |")
+            L.append(f"| {s} | {c} | {fmt_big(m['rows_first'])} → {fmt_big(m['rows_last'])} | {fmt_big(m['tps'])} ({fmt_big(m['tps_min'])}-{fmt_big(m['tps_max'])}) | "
+                     f"{fmt_big(m['p99_ms'], 2)} | {fmt_big(m['wal_bytes_per_txn'], 0)} | {fmt_big(m['heap_read_per_txn'], 2)} | "
+                     f"{fmt_big(m['idx_read_per_txn'], 2)} | {fmt_big(m['io_reads_per_txn'], 2)} | {fmt_big(m['disk_kb_read_per_txn'], 1)} |")
         L.append("")
         for hand, idem in GROUPS[step["group"]]:
             rr = summ.get(f"{idem}/{hand}", {})
-            L.append(f"- {idem} / {hand}: **{fmt(rr.get('median'), 2)}x** (per round: "
+            L.append(f"- {idem} / {hand}: **{fmt_big(rr.get('median'), 2)}x** (per round: "
                      + ", ".join(f"{x:.2f}x" for x in rr.get("per_round", [])) + ")")
         L.append("")
         L.append("Sizes (`pg_relation_size` of the heap and of each index, divided by the exact row count):")
@@ -754,25 +733,18 @@ def main(argv=None) -> int:
         name, _, value = line.partition("=")
         settings.append(f"{name.strip()} = '{value.strip()}'")
 
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
+    interrupt_on_sigterm()
     started = time.time()
     results: dict = {"command": "python3 bench/scale.py " + " ".join(shlex.quote(x) for x in argv),
                      "mode": "smoke" if args.smoke else ("memory-limited" if args.memory_limit else "full"),
                      "started_at": dt.datetime.now().isoformat(timespec="seconds"),
                      "args": {k: v for k, v in vars(args).items()}, "steps": []}
     problems: list[str] = []
-    server = ScaleServer(settings)
-    os.rmdir(server.dir)
-    server.dir = tempfile.mkdtemp(prefix="pg_idem_scale.", dir=args.data_root)
+    server = ScaleServer(settings, prefix="pg_idem_scale.", data_root=args.data_root)
     workdir = tempfile.mkdtemp(prefix="pg_idem_scale_logs.")
     cgroup = None
     try:
-        log(f"starting a throwaway server in {server.dir}")
-        server.start()
-        log(f"server on 127.0.0.1:{server.port}")
+        server.start_logged()
         server.execute((BENCH_DIR / "schema.sql").read_text())
         server.execute((BENCH_DIR / "scale_schema.sql").read_text())
         templates(server)
@@ -798,14 +770,9 @@ def main(argv=None) -> int:
         problems.append(f"runner error: {e}")
         log(f"error: {e}")
     finally:
-        so = results.get("environment", {}).get("pg_idem_so", {})
-        try:
-            st = os.stat(so.get("path", ""))
-            if so.get("bytes") is not None and (st.st_size != so["bytes"] or dt.datetime.fromtimestamp(
-                    st.st_mtime).isoformat(timespec="seconds") != so.get("mtime")):
-                problems.append(f"{so['path']} was replaced while the benchmark ran; rerun")
-        except OSError:
-            pass
+        replaced = library_replaced(results)
+        if replaced:
+            problems.append(f"{replaced} was replaced while the benchmark ran; rerun")
         log("stopping the server")
         server.stop(keep_log_in=out)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -818,23 +785,16 @@ def main(argv=None) -> int:
                     time.sleep(0.2)
             else:
                 problems.append(f"could not remove {cgroup}")
-    results["finished_at"] = dt.datetime.now().isoformat(timespec="seconds")
-    results["elapsed_s"] = time.time() - started
-    results["problems"] = problems
+    stamp_end(results, started, problems)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     render(out, results)
     log(f"done in {results['elapsed_s']:.0f}s; report: {out / 'report.md'}")
     for step in results["steps"]:
         for k, v in step["summary"].items():
             if "/" in k:
-                print(f"  v{step['kind']} {step['size']:>11,} {k:<28} {fmt(v['median'], 2)}x  per round "
+                print(f"  v{step['kind']} {step['size']:>11,} {k:<28} {fmt_big(v['median'], 2)}x  per round "
                       + ", ".join(f"{x:.2f}" for x in v["per_round"]))
-    if problems:
-        print("\nFAILED:", file=sys.stderr)
-        for p in problems:
-            print(f"  - {p}", file=sys.stderr)
-        return 1
-    return 0
+    return exit_status(problems)
 
 
 if __name__ == "__main__":

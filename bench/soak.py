@@ -26,7 +26,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -37,8 +36,8 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from run import (BenchError, Server, calibrate, log, median, percentile, run_pgbench,  # noqa: E402
-                 use_pg)
+from lib import (BenchError, Server, calibrate, exit_status, interrupt_on_sigterm,  # noqa: E402
+                 library_replaced, log, median, percentile, run_pgbench, stamp_end, use_pg)
 from environment import environment  # noqa: E402
 import charts  # noqa: E402
 
@@ -412,25 +411,18 @@ def main(argv=None) -> int:
         name, _, value = line.partition("=")
         settings.append(f"{name.strip()} = '{value.strip()}'")
 
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
+    interrupt_on_sigterm()
     started = time.time()
     results: dict = {"command": "python3 bench/soak.py " + " ".join(shlex.quote(x) for x in argv),
                      "mode": "smoke" if args.smoke else "full",
                      "started_at": dt.datetime.now().isoformat(timespec="seconds"),
                      "args": {k: v for k, v in vars(args).items()}, "samples": []}
     problems: list[str] = []
-    server = Server(settings)
-    os.rmdir(server.dir)
-    server.dir = tempfile.mkdtemp(prefix="pg_idem_soak.", dir=args.data_root)
+    server = Server(settings, prefix="pg_idem_soak.", data_root=args.data_root)
     workdir = tempfile.mkdtemp(prefix="pg_idem_soak_logs.")
     job = None
     try:
-        log(f"starting a throwaway server in {server.dir}")
-        server.start()
-        log(f"server on 127.0.0.1:{server.port}")
+        server.start_logged()
         server.execute((BENCH_DIR / "schema.sql").read_text())
         server.execute((BENCH_DIR / "scale_schema.sql").read_text())
         results["environment"] = environment(server)
@@ -543,20 +535,13 @@ def main(argv=None) -> int:
     finally:
         if job is not None and job.is_alive():
             job.finish()
-        so = results.get("environment", {}).get("pg_idem_so", {})
-        try:
-            st_ = os.stat(so.get("path", ""))
-            if so.get("bytes") is not None and (st_.st_size != so["bytes"] or dt.datetime.fromtimestamp(
-                    st_.st_mtime).isoformat(timespec="seconds") != so.get("mtime")):
-                problems.append(f"{so['path']} was replaced while the soak ran; rerun")
-        except OSError:
-            pass
+        replaced = library_replaced(results)
+        if replaced:
+            problems.append(f"{replaced} was replaced while the soak ran; rerun")
         log("stopping the server")
         server.stop(keep_log_in=out)
         shutil.rmtree(workdir, ignore_errors=True)
-    results["finished_at"] = dt.datetime.now().isoformat(timespec="seconds")
-    results["elapsed_s"] = time.time() - started
-    results["problems"] = problems
+    stamp_end(results, started, problems)
     results["summary"] = summarize(results)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     render(out, results)
@@ -565,12 +550,7 @@ def main(argv=None) -> int:
         print(f"  {side:<13} size {m['size_at_half_mib']:.1f} -> {m['size_end_mib']:.1f} MiB "
               f"({m['growth_second_half_pct']:+.1f}% over the second half), lag median {m['lag_median_s'] or 0:.1f}s "
               f"max {m['lag_max_s']:.1f}s, TPS {m['tps_median'] or 0:.0f}, p99 {m['p99_median_ms'] or 0:.2f} ms")
-    if problems:
-        print("\nFAILED:", file=sys.stderr)
-        for p in problems:
-            print(f"  - {p}", file=sys.stderr)
-        return 1
-    return 0
+    return exit_status(problems)
 
 
 if __name__ == "__main__":

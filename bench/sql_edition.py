@@ -41,7 +41,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -53,9 +52,11 @@ from types import SimpleNamespace
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-import run  # noqa: E402
-from run import (BATCH, REPO_DIR, SCENARIO_DIR, BenchError, Server, calibrate,  # noqa: E402
-                 fill_handrolled, fill_idem, log, median, run_pgbench, use_pg)
+import charts  # noqa: E402
+import lib  # noqa: E402
+from lib import (BATCH, REPO_DIR, SCENARIO_DIR, SERVER_SETTINGS, BenchError, Server, calibrate,  # noqa: E402
+                 check_tools, conf_lines, exit_status, fill_handrolled, fill_idem, fmt, interrupt_on_sigterm,
+                 library_replaced, log, run_pgbench, stamp_end, summarize_noise, summarize_rounds, use_pg)
 from environment import environment  # noqa: E402
 
 # group -> side -> scenario script; the first side is the hand-written pattern the ratios use
@@ -93,7 +94,7 @@ def side_script(group: str, side: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-# Noise: run.py's CpuSampler counts every process called `postgres` as ours; on a machine where
+# Noise: lib.py's CpuSampler counts every process called `postgres` as ours; on a machine where
 # others run test servers that hides them. Here "ours" is this runner's servers (the postmasters
 # and their children) and the pgbench it started; every other process is noise.
 # ------------------------------------------------------------------------------------------------
@@ -101,34 +102,23 @@ def side_script(group: str, side: str) -> str:
 OUR_POSTMASTERS: set[int] = set()
 
 
-class OwnProcessSampler(run.CpuSampler):
+class OwnProcessSampler(lib.CpuSampler):
     @staticmethod
     def read() -> dict[int, tuple[str, int]]:
         out = {}
         me = os.getpid()
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    data = f.read()
-            except OSError:
-                continue
-            r = data.rfind(")")
-            fields = data[r + 2:].split()
-            pid, ppid = int(name), int(fields[1])
-            ours = pid in OUR_POSTMASTERS or ppid in OUR_POSTMASTERS or (ppid == me and fields[0] != "Z")
+        for pid, (comm, state, ppid, ticks) in lib.proc_stats().items():
+            ours = pid in OUR_POSTMASTERS or ppid in OUR_POSTMASTERS or (ppid == me and state != "Z")
             # the base class counts comm "postgres" and "pgbench" as ours: name the others apart
-            comm = data[data.find("(") + 1:r]
-            if not ours and comm in run.CpuSampler.OURS:
+            if not ours and comm in lib.CpuSampler.OURS:
                 comm = f"other {comm}"
             elif ours:
                 comm = "postgres"
-            out[pid] = (comm, int(fields[11]) + int(fields[12]))
+            out[pid] = (comm, ticks)
         return out
 
 
-run.CpuSampler = OwnProcessSampler   # run_pgbench samples with it
+lib.CpuSampler = OwnProcessSampler   # run_pgbench samples with it
 
 
 def remember_postmaster(server: Server) -> None:
@@ -352,20 +342,10 @@ def run_matrix(sides: dict[str, Side], args, workdir: str, results: dict) -> lis
 def summarize(results: dict) -> dict:
     summ = {}
     for key, recs in results.get("runs", {}).items():
-        ok = [r for r in recs if r["tps"] is not None]
-        summ[key] = {
-            "rounds": len(recs),
-            "tps": median([r["tps"] for r in ok]),
-            "tps_min": min((r["tps"] for r in ok), default=None),
-            "tps_max": max((r["tps"] for r in ok), default=None),
-            "p50_ms": median([r["p50_ms"] for r in ok]),
-            "p99_ms": median([r["p99_ms"] for r in ok]),
-            "wal_bytes_per_txn": median([r["wal_bytes_per_txn"] for r in ok]),
-            "other_cpu_max": max((r.get("other_cpu_share") or 0 for r in recs), default=0),
-            "steal_max": max((r.get("steal_share") or 0 for r in recs), default=0),
-            "cal_ms": median([r.get("cpu_cal_ms") for r in recs]),
-            "load_max": max((r.get("loadavg1_before") or 0 for r in recs), default=0),
-        }
+        s = summarize_rounds(recs, ["p50_ms", "p99_ms", "wal_bytes_per_txn"])
+        s.update(summarize_noise(recs))
+        s["load_max"] = max((r.get("loadavg1_before") or 0 for r in recs), default=0)
+        summ[key] = s
     return summ
 
 
@@ -397,12 +377,6 @@ def ratios(results: dict, summ: dict) -> dict:
     return out
 
 
-def fmt(x, nd=1):
-    if x is None:
-        return "n/a"
-    return f"{x:,.{nd}f}"
-
-
 COLORS = {"hand": "#4c78a8", "plpgsql": "#9d755d", "sql": "#f58518", "native": "#54a24b"}
 VARIANT_COLORS = ["#e45756", "#b279a2", "#72b7b2", "#bab0ac"]
 
@@ -432,10 +406,7 @@ def svg_chart(results: dict, summ: dict, title: str) -> str:
     rows = (len(groups) + cols - 1) // cols
     W = L + cols * (PW + GAP)
     H = T + rows * (PH + 80) + 40
-    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
-         f'font-family="Helvetica,Arial,sans-serif" font-size="12">',
-         f'<rect width="{W}" height="{H}" fill="white"/>',
-         f'<text x="{W / 2}" y="22" text-anchor="middle" font-size="15" font-weight="bold">{escape(title)}</text>']
+    o = charts.svg_open(W, H, escape(title), 22, 15)
     # legend
     lx = L
     for s in all_sides:
@@ -447,10 +418,7 @@ def svg_chart(results: dict, summ: dict, title: str) -> str:
         py = T + 20 + (gi // cols) * (PH + 80)
         vals = [summ[k]["tps_max"] or 0 for k in summ if k.startswith(g + "@")]
         vmax = max(vals + [1])
-        raw = vmax * 1.1 / 5
-        mag = 10 ** (len(str(int(max(raw, 1)))) - 1)
-        step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-        top = step * 5
+        top = charts.bar_axis_top(vmax * 1.1 / 5)
         o.append(f'<text x="{px + PW / 2}" y="{py - 8}" text-anchor="middle" font-weight="bold">{escape(g)}</text>')
         for i in range(6):
             v = top * i / 5
@@ -467,21 +435,10 @@ def svg_chart(results: dict, summ: dict, title: str) -> str:
             for bi, s in enumerate(present):
                 st = summ[f"{g}@{c}/{s}"]
                 v = st["tps"] or 0
-                h = PH * v / top
-                x = x0 + bi * bw
-                y = py + PH - h
-                o.append(f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{bw - 2:.1f}" height="{h:.1f}" '
-                         f'fill="{side_color(s, variants)}"><title>{escape(g)} @ {c}: {escape(side_title(s))} '
-                         f'{v:,.0f} tps</title></rect>')
-                ytext = y
-                if st["rounds"] > 1 and st["tps_min"] is not None:
-                    y1 = py + PH - PH * st["tps_min"] / top
-                    y2 = py + PH - PH * st["tps_max"] / top
-                    xm = x + bw / 2
-                    o.append(f'<line x1="{xm:.1f}" y1="{y1:.1f}" x2="{xm:.1f}" y2="{y2:.1f}" stroke="#333"/>')
-                    ytext = min(y, y2)
-                o.append(f'<text x="{x + bw / 2:.1f}" y="{ytext - 4:.1f}" text-anchor="middle" font-size="9">'
-                         f'{v:,.0f}</text>')
+                whisker = st["rounds"] > 1
+                charts.bar(o, x0 + bi * bw, bw, py + PH, PH, top, v, st["tps_min"] if whisker else None,
+                           st["tps_max"] if whisker else None, side_color(s, variants),
+                           f"{escape(g)} @ {c}: {escape(side_title(s))} {v:,.0f} tps", 1, 4, 9)
             o.append(f'<text x="{px + ci * cw + cw / 2:.1f}" y="{py + PH + 16}" text-anchor="middle">'
                      f'{c} client{"s" if c != 1 else ""}</text>')
         o.append(f'<text x="{px - 52}" y="{py + PH / 2}" transform="rotate(-90 {px - 52} {py + PH / 2})" '
@@ -593,7 +550,7 @@ def write_report(out: Path, results: dict) -> None:
         script = side_script(g, side)
         L(f"| {g} | {c} | {side_title(side)} | `{script}.sql` | {fmt(s['tps'])} | {fmt(s['tps_min'], 0)}-{fmt(s['tps_max'], 0)} | "
           f"{fmt(s['p50_ms'], 3)} | {fmt(s['p99_ms'], 3)} | {fmt(s['wal_bytes_per_txn'], 0)} | "
-          f"{fmt(s['other_cpu_max'] * 100, 0)}% | {fmt(s['load_max'], 2)} | {fmt(s['cal_ms'], 0)} |")
+          f"{fmt(s['other_cpu_max'] * 100, 0)}% | {fmt(float(s['load_max']), 2)} | {fmt(s['cal_ms'], 0)} |")
     L("")
     L("TPS counts transactions (consume_many: 100 messages each). p50/p99 from pgbench's per-transaction log, "
       "median over rounds. CPU cal.: milliseconds of a fixed CPU-bound query on the side's server just before "
@@ -683,32 +640,16 @@ def main(argv=None) -> int:
         use_pg(args.pg)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    for tool in ("psql", "pgbench", "bash"):
-        if shutil.which(tool) is None:
-            print(f"error: {tool} not found in PATH", file=sys.stderr)
-            return 2
-    common = [
-        "shared_buffers = '256MB'" if args.smoke else "shared_buffers = '2GB'",
-        "max_wal_size = '16GB'",
-        "min_wal_size = '1GB'",
-        "checkpoint_timeout = '30min'",
-        "max_connections = 100",
-        "log_checkpoints = on",
-        "log_autovacuum_min_duration = '1s'",
-        "log_min_messages = warning",
-    ]
-    for line in args.set:
-        name, eq, value = line.partition("=")
-        if not eq:
-            print(f"error: --set wants NAME=VALUE, got {line!r}", file=sys.stderr)
-            return 2
-        common.append(f"{name.strip()} = '{value.strip().strip(chr(39))}'")
+    try:
+        check_tools()
+        common = (["shared_buffers = '256MB'" if args.smoke else "shared_buffers = '2GB'"] + SERVER_SETTINGS
+                  + conf_lines(args.set))
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     native_settings = ["shared_preload_libraries = 'pg_idem'", "pg_idem.purge_interval = 0"] + common
 
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
+    interrupt_on_sigterm()
     started = time.time()
     results: dict = {
         "command": "python3 " + " ".join(shlex.quote(x) for x in [os.path.relpath(sys.argv[0], REPO_DIR)] + argv),
@@ -775,14 +716,9 @@ def main(argv=None) -> int:
         problems.append(f"runner error: {e}")
         log(f"error: {e}")
     finally:
-        so = results.get("environment", {}).get("pg_idem_so", {})
-        try:
-            st = os.stat(so.get("path", ""))
-            if so.get("bytes") is not None and (st.st_size != so["bytes"] or dt.datetime.fromtimestamp(
-                    st.st_mtime).isoformat(timespec="seconds") != so.get("mtime")):
-                problems.append(f"{so['path']} was replaced while the benchmark ran; rerun")
-        except OSError:
-            pass
+        replaced = library_replaced(results)
+        if replaced:
+            problems.append(f"{replaced} was replaced while the benchmark ran; rerun")
         log("stopping the servers")
         for srv, tag in ((srv_s, "S"), (srv_n, "N")):
             if srv is None:
@@ -794,10 +730,8 @@ def main(argv=None) -> int:
             srv.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    results["finished_at"] = dt.datetime.now().isoformat(timespec="seconds")
-    results["elapsed_s"] = time.time() - started
+    stamp_end(results, started, problems)
     results["loadavg"]["end"] = [round(x, 2) for x in os.getloadavg()]
-    results["problems"] = problems
     render(out, results)
     for key in results.get("matrix_order", []):
         s = results["summary"].get(key)
@@ -814,12 +748,7 @@ def main(argv=None) -> int:
     for key, v in results["ratios"].items():
         if v["ratio"] is not None:
             print(f"  {key:<32} {v['ratio']:.2f}x  ({', '.join(f'{x:.2f}' for x in v['per_round'])})")
-    if problems:
-        print("\nFAILED:", file=sys.stderr)
-        for p in problems:
-            print(f"  - {p}", file=sys.stderr)
-        return 1
-    return 0
+    return exit_status(problems)
 
 
 if __name__ == "__main__":

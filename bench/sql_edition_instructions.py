@@ -5,6 +5,7 @@ edition against the hand-written patterns, the same on a busy machine as on a qu
 
     python3 bench/sql_edition_instructions.py --pg 17
     python3 bench/sql_edition_instructions.py --pg 17 --variant opt=/tmp/pg_idem--0.5.0.sql --n 300
+    python3 bench/sql_edition_instructions.py --smoke     # the test command: consume only, 10 transactions
 
 TPS on a shared 2-core VM moves by 20% from one minute to the next; a change of a few percent
 in what a call costs is lost in it. A count of instructions is not: it is what the backend
@@ -40,7 +41,7 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from run import PG_SH, REQUEST_HASH, BenchError, Server, use_pg  # noqa: E402
+from lib import PG_SH, REQUEST_HASH, BenchError, Server, use_pg  # noqa: E402
 from sql_edition import bench_schema, file_info, generate_sql_edition, install_sql_edition, on_db  # noqa: E402
 
 H = REQUEST_HASH
@@ -140,7 +141,10 @@ def count(datadir: str, db: str, scenario: str, n: int, edition: bool, workdir: 
     if os.geteuid() == 0:
         cmd = ["runuser", "-u", "postgres", "--"] + cmd
     with open(script) as stdin:
-        res = subprocess.run(cmd, stdin=stdin, capture_output=True, text=True, timeout=3600)
+        # valgrind's own temporary files go to TMPDIR: the work directory, which the postgres user
+        # may write (/tmp need not be writable by it)
+        res = subprocess.run(cmd, stdin=stdin, capture_output=True, text=True, timeout=3600,
+                             env={**os.environ, "TMPDIR": workdir})
     errors = [ln for ln in (res.stdout + res.stderr).splitlines() if "ERROR" in ln]
     m = re.search(r"^summary: (\d+)", out.read_text(), re.M) if out.exists() else None
     if not m:
@@ -156,7 +160,19 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=300, help="transactions counted per scenario (default 300)")
     p.add_argument("--sql-file", help="the SQL edition's plain install file (default: scripts/sql_edition.py's)")
     p.add_argument("--variant", action="append", default=[], metavar="LABEL=FILE")
+    p.add_argument("--groups", help="only these groups, comma-separated (fresh, consume, consume_many, replay)")
+    p.add_argument("--smoke", action="store_true", help="the test command's run: --n 10 --groups consume")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.n, args.groups = 10, "consume"
+    pairs = PAIRS
+    if args.groups:
+        wanted = {g.strip() for g in args.groups.split(",") if g.strip()}
+        pairs = [pair for pair in PAIRS if pair[0].split()[0].rstrip(",") in wanted]
+        unknown = wanted - {pair[0].split()[0].rstrip(",") for pair in PAIRS}
+        if unknown:
+            print(f"unknown group(s): {', '.join(sorted(unknown))}", file=sys.stderr)
+            return 2
     if shutil.which("valgrind") is None:
         print("valgrind not found (apt-get install valgrind)", file=sys.stderr)
         return 2
@@ -184,7 +200,7 @@ def main(argv=None) -> int:
         print(f"SQL edition files: " + ", ".join(f"{db}: {i['path']} (sha256 {i['sha256'][:12]})" for db, i in dbs.items()))
         print(f"k instructions per transaction of the server (callgrind, {args.n} transactions after 50):\n")
         results = {}
-        for group, hand, edition in PAIRS:
+        for group, hand, edition in pairs:
             todo = [("hand", hand, False)] + ([(db, edition, True) for db in dbs] if edition else [])
             for db, sc, is_edition in todo:
                 if (db, sc) in results:
@@ -198,7 +214,7 @@ def main(argv=None) -> int:
         header = "| group | hand-written | " + " | ".join(dbs) + " |"
         print(header)
         print("|---|---:|" + "---:|" * len(dbs))
-        for group, hand, edition in PAIRS:
+        for group, hand, edition in pairs:
             h = results[("hand", hand)]
             cells = [f"{results[(db, edition)]:,.0f} ({results[(db, edition)] / h:.2f}x)" if edition else ""
                      for db in dbs]

@@ -4,6 +4,7 @@
     python3 bench/sql_edition_profile.py --pg 17                       # consume, fresh, replay; 1 client, 10 s each
     python3 bench/sql_edition_profile.py --pg 17 --perf --seconds 8    # + CPU per step from perf call chains
     python3 bench/sql_edition_profile.py --pg 17 --sql-file /tmp/opt/pg_idem--0.5.0.sql --groups consume
+    python3 bench/sql_edition_profile.py --smoke [--perf]                # the test command: consume, 1 s
 
 One throwaway server without pg_idem (scripts/lib/pg.sh, set up as bench/run.py's) with
 pg_stat_statements preloaded, `pg_stat_statements.track = all` and `track_planning = on` (the
@@ -43,7 +44,7 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from run import SCENARIO_DIR, BenchError, Server, log, run_pgbench, use_pg  # noqa: E402
+from lib import SCENARIO_DIR, BenchError, Server, log, run_pgbench, use_pg  # noqa: E402
 from sql_edition import (GROUPS, Side, bench_schema, file_info, generate_sql_edition,  # noqa: E402
                          install_sql_edition, on_db)
 from perf_steps import samples  # noqa: E402
@@ -285,7 +286,11 @@ def main(argv=None) -> int:
     p.add_argument("--perf", action="store_true")
     p.add_argument("--perf-seconds", type=float, default=8)
     p.add_argument("--out", default=str(BENCH_DIR / "out" / "sql-edition-profile"))
+    p.add_argument("--smoke", action="store_true",
+                   help="the test command's run: --seconds 1 --perf-seconds 1 --groups consume")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.seconds, args.perf_seconds, args.groups = 1, 1, "consume"
     if args.pg:
         use_pg(args.pg)
     if args.perf and shutil.which("perf") is None:

@@ -2,6 +2,7 @@
 """Server time per statement of two scenarios, side by side (a diagnostic for bench/; standard library only).
 
     python3 bench/statement_times.py --pg 17 [--clients 1] [--rounds 4] [--duration 15] [inbox consume]
+    python3 bench/statement_times.py --smoke     # the test command: 1 round x 2 s
 
 Runs the scenarios of bench/scenarios/ (pgbench -M prepared) in alternating rounds (ABBA) on one
 throwaway server set up like bench/run.py's, with pg_stat_statements, tables truncated and a
@@ -22,7 +23,7 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from run import Server, log, median, use_pg  # noqa: E402
+from lib import Server, log, median, use_pg  # noqa: E402
 
 
 def main() -> int:
@@ -31,8 +32,11 @@ def main() -> int:
     p.add_argument("--clients", type=int, default=1)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--duration", type=int, default=15)
+    p.add_argument("--smoke", action="store_true", help="the test command's run: --rounds 1 --duration 2")
     p.add_argument("scenarios", nargs="*", default=["inbox", "consume"])
     a = p.parse_args()
+    if a.smoke:
+        a.rounds, a.duration = 1, 2
     if len(a.scenarios) != 2:
         raise SystemExit("two scenarios, the reference first")
     if a.pg:

@@ -46,10 +46,11 @@
 # clients/test.sh runs their unit tests and the HTTP conformance suite against every reference
 # app with the native edition, the SQL edition and through PgBouncer; bench/http_middleware.py
 # in smoke mode);
-# and once: lint (cargo fmt --check, cargo clippy -D warnings, META.json's version), the
-# benchmark runner in smoke mode (15), and the package (tests/package/run.sh: the .deb built,
-# checked unpacked, and the demo run against a copy of Debian's PostgreSQL 15 with the package's
-# files in it; nothing is installed).
+# and once: lint (cargo fmt --check, cargo clippy -D warnings, META.json's version, the
+# bench/report/ paths the docs cite), the benchmark runners and bench/'s diagnostics in smoke
+# mode (15), and the package (tests/package/run.sh: the .deb built, checked unpacked, and the
+# demo run against a copy of Debian's PostgreSQL 15 with the package's files in it; nothing is
+# installed).
 # Every step runs even when one before it failed; the last line counts the tests of all steps:
 # "N passed, N failed, N skipped".
 #
@@ -255,6 +256,14 @@ lint() {
     meta="$(python3 -c 'import json; print(json.load(open("META.json"))["version"])')"
     cargo="$(sed -nE 's/^version = "([^"]+)"/\1/p' Cargo.toml | head -n 1)"
     [ "$meta" = "$cargo" ] || { echo "META.json says $meta, Cargo.toml $cargo" >&2; rc=1; }
+    # every benchmark report the docs cite is there: bench/report/... in README.md,
+    # CONTRIBUTING.md and bench/README.md, and bench/README.md's links to report/...
+    local cited
+    for cited in $( { grep -ohE 'bench/report/[A-Za-z0-9_./-]*' README.md CONTRIBUTING.md bench/README.md
+        grep -ohE '\(report/[^) ]*\)|`report/[^` ]*`' bench/README.md | tr -d '()`' | sed 's|^|bench/|'
+    } | sed -E 's/[.,:;]+$//' | sort -u); do
+        [ -e "$cited" ] || { echo "the docs cite $cited, which does not exist" >&2; rc=1; }
+    done
     return $rc
 }
 
@@ -320,6 +329,28 @@ for major in "${versions[@]}"; do
         step bench-scale-smoke with_pg 15 python3 bench/scale.py --smoke --pg 15 --out "$root/target/bench-scale-smoke"
         step bench-soak-smoke with_pg 15 python3 bench/soak.py --smoke --pg 15 --out "$root/target/bench-soak-smoke"
         step bench-sql-edition-smoke with_pg 15 python3 bench/sql_edition.py --smoke --out "$root/target/bench-sql-edition-smoke"
+        # the diagnostics of bench/README.md, a few seconds each: that they still run, not their
+        # numbers (perf and valgrind: Debian's linux-perf and valgrind, skipped where missing)
+        if command -v perf >/dev/null; then
+            step bench-perf-smoke with_pg 15 bash bench/perf.sh 1 1 consume
+            step bench-sql-edition-profile-smoke with_pg 15 python3 bench/sql_edition_profile.py --smoke --perf --out "$root/target/bench-sql-edition-profile-smoke"
+        else
+            step bench-perf-smoke skip_step "perf is not installed (linux-perf)"
+            step bench-sql-edition-profile-smoke with_pg 15 python3 bench/sql_edition_profile.py --smoke --out "$root/target/bench-sql-edition-profile-smoke"
+        fi
+        if command -v valgrind >/dev/null; then
+            step bench-sql-edition-instructions-smoke with_pg 15 python3 bench/sql_edition_instructions.py --smoke
+        else
+            step bench-sql-edition-instructions-smoke skip_step "valgrind is not installed"
+        fi
+        step bench-breakdown-smoke with_pg 15 bash bench/breakdown.sh 1 replay consume
+        step bench-statement-times-smoke with_pg 15 python3 bench/statement_times.py --smoke
+        step bench-tenant-grants-smoke with_pg 15 bash bench/tenant_grants.sh 1 1
+        if with_pg 15 bash -c '[ -f "$(pg_config --pkglibdir)/citus.so" ]'; then
+            step bench-citus-smoke with_pg 15 bash bench/citus/run.sh 1 1 1
+        else
+            step bench-citus-smoke skip_step "Citus is not installed into PostgreSQL 15"
+        fi
     fi
 done
 if [[ " ${versions[*]} " == *" 15 "* ]]; then
