@@ -256,6 +256,17 @@ lint() {
     meta="$(python3 -c 'import json; print(json.load(open("META.json"))["version"])')"
     cargo="$(sed -nE 's/^version = "([^"]+)"/\1/p' Cargo.toml | head -n 1)"
     [ "$meta" = "$cargo" ] || { echo "META.json says $meta, Cargo.toml $cargo" >&2; rc=1; }
+    # every suite file tests/*.rs is a [[test]] of tests/Cargo.toml and every [[test]] a file
+    # (Cargo discovers suites by itself only under tests/tests/): a new suite nobody listed
+    # would never run
+    local listed on_disk
+    listed="$(sed -nE 's/^path = "([^"/]+[.]rs)"$/\1/p' tests/Cargo.toml | sort)"
+    on_disk="$(cd tests && ls -- *.rs | sort)"
+    if [ "$listed" != "$on_disk" ]; then
+        echo "tests/Cargo.toml's [[test]] paths (<) differ from the files tests/*.rs (>):" >&2
+        diff <(echo "$listed") <(echo "$on_disk") >&2
+        rc=1
+    fi
     # every benchmark report the docs cite is there: bench/report/... in README.md,
     # CONTRIBUTING.md and bench/README.md, and bench/README.md's links to report/...
     local cited
