@@ -221,8 +221,29 @@ def replace_c_functions(text, used):
     return C_FUNCTION.sub(replace, text)
 
 
+# Limits the native edition defines once (src/sql_api/args.rs), written into the SQL edition's
+# files where they say @NAME@, so that the two editions cannot hold different ones.
+SHARED_LIMITS = ("MAX_KEY_BYTES", "MAX_REQUEST_HASH_CHARS")
+
+
+def shared_limits():
+    source = (ROOT / "src" / "sql_api" / "args.rs").read_text()
+    limits = {}
+    for name in SHARED_LIMITS:
+        match = re.search(rf"^pub const {name}: usize = ([0-9_]+);$", source, re.MULTILINE)
+        if not match:
+            fail(f"no `pub const {name}: usize` in src/sql_api/args.rs")
+        limits[name] = match.group(1).replace("_", "")
+    return limits
+
+
 def for_install(text, plain):
     """A script's text for the plain install (plain=True) or for CREATE EXTENSION."""
+    for name, value in shared_limits().items():
+        text = text.replace(f"@{name}@", value)
+    unknown = re.search(r"@MAX_[A-Z_]+@", text)
+    if unknown:
+        fail(f"{unknown.group(0)} is no limit of src/sql_api/args.rs ({', '.join(SHARED_LIMITS)})")
     if plain:
         # outside CREATE EXTENSION there is no extension whose members pg_dump would skip:
         # the tables are dumped as ordinary tables

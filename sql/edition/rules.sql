@@ -79,7 +79,7 @@ BEGIN
 END
 $$;
 
--- A tenant and key that fit the index together (at most 2400 bytes).
+-- A tenant and key that fit the index together (at most @MAX_KEY_BYTES@ bytes).
 CREATE FUNCTION idem.check_tenant_and_key(tenant text, key text, key_argument text, max_chars integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -90,15 +90,15 @@ BEGIN
     PERFORM idem.check_name(tenant, 'tenant', max_chars);
     PERFORM idem.check_name(key, key_argument, max_chars);
     bytes := pg_catalog.octet_length(tenant) OPERATOR(pg_catalog.+) pg_catalog.octet_length(key);
-    IF bytes OPERATOR(pg_catalog.>) 2400 THEN
+    IF bytes OPERATOR(pg_catalog.>) @MAX_KEY_BYTES@ THEN
         PERFORM idem.invalid_argument(key_argument, 'is too long',
-            pg_catalog.format('tenant and %s take %s bytes together; at most 2400 fit in the index.', key_argument, bytes),
+            pg_catalog.format('tenant and %s take %s bytes together; at most @MAX_KEY_BYTES@ fit in the index.', key_argument, bytes),
             'Use shorter values, such as a UUID from idem_new_key().');
     END IF;
 END
 $$;
 
--- A request fingerprint: not NULL, at most 512 characters; what idem.keys stores for it.
+-- A request fingerprint: not NULL, at most @MAX_REQUEST_HASH_CHARS@ characters; what idem.keys stores for it.
 CREATE FUNCTION idem.check_request_hash(value text) RETURNS bytea
 LANGUAGE plpgsql
 AS $$
@@ -110,9 +110,9 @@ BEGIN
             'Pass a fingerprint of the request, for example idem_request_hash(method, path, body), or '''' to skip the check.');
     END IF;
     chars := pg_catalog.char_length(value);
-    IF chars OPERATOR(pg_catalog.>) 512 THEN
+    IF chars OPERATOR(pg_catalog.>) @MAX_REQUEST_HASH_CHARS@ THEN
         PERFORM idem.invalid_argument('request_hash', 'is too long',
-            pg_catalog.format('It has %s characters; at most 512 are accepted.', chars),
+            pg_catalog.format('It has %s characters; at most @MAX_REQUEST_HASH_CHARS@ are accepted.', chars),
             'Pass a digest of the request, such as idem_request_hash(method, path, body), not the request itself.');
     END IF;
     RETURN idem.stored_request_hash(value);

@@ -6,7 +6,7 @@ BEGIN
     IF tenant IS NULL OR key IS NULL OR tenant OPERATOR(pg_catalog.=) '' OR key OPERATOR(pg_catalog.=) ''
        OR pg_catalog.char_length(tenant) OPERATOR(pg_catalog.>) s.max_key_length
        OR pg_catalog.char_length(key) OPERATOR(pg_catalog.>) s.max_key_length
-       OR pg_catalog.octet_length(tenant) OPERATOR(pg_catalog.+) pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 2400 THEN
+       OR pg_catalog.octet_length(tenant) OPERATOR(pg_catalog.+) pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) @MAX_KEY_BYTES@ THEN
         PERFORM idem.check_tenant_and_key(tenant, key, 'key', s.max_key_length);
     END IF;
     IF fence IS NULL THEN

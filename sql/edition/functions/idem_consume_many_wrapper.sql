@@ -27,7 +27,7 @@ BEGIN
      WHERE m.key IS NULL OR m.key OPERATOR(pg_catalog.=) ''
         OR pg_catalog.char_length(m.key) OPERATOR(pg_catalog.>) s.max_key_length
         OR (pg_catalog.octet_length(idem_consume_many.tenant) OPERATOR(pg_catalog.+) pg_catalog.octet_length(m.key))
-           OPERATOR(pg_catalog.>) 2400
+           OPERATOR(pg_catalog.>) @MAX_KEY_BYTES@
      ORDER BY m.i LIMIT 1;
     IF bad IS NOT NULL THEN
         PERFORM idem.check_tenant_and_key(tenant, keys[bad], pg_catalog.format('keys[%s]', bad), s.max_key_length);
