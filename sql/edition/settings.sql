@@ -267,13 +267,15 @@ CREATE TYPE idem.owner_settings AS (
 -- own columns has another type, typmod, collation or NULL rule, or is generated, dropped or
 -- renamed, every call is refused with 55000, as natively (an expires_at of type timestamp
 -- would otherwise replay keys by each session's TimeZone). Columns of the DBA's, defaults,
--- triggers and rules are allowed. Declared IMMUTABLE, which it is not, on purpose: the planner
--- runs it once when it plans the statement of idem.owner_settings below (a constant, folded
--- away), and that plan is kept until idem.keys changes (the statement names
--- 'idem.keys'::regclass, which PostgreSQL's plan cache watches, as it watches a sequence named
--- by nextval): the check is paid once per session and per change of the table, not per call.
+-- triggers and rules are allowed. It runs through idem.owner_settings_of_session() when the
+-- planner plans idem.owner_settings()'s statement (a constant, folded away), and that plan is
+-- kept until idem.keys changes (the statement names 'idem.keys'::regclass, which PostgreSQL's
+-- plan cache watches, as it watches a sequence named by nextval): the check is paid once per
+-- session and per change of the table, not per call. (VOLATILE itself: a call of an IMMUTABLE
+-- function without arguments is folded into the caller's own cached plan, which no change of
+-- idem.keys would make again.)
 CREATE FUNCTION idem.keys_as_created() RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql
 AS $$
 DECLARE
     c record;
@@ -341,37 +343,31 @@ BEGIN
 END
 $$;
 
--- PL/pgSQL, not SQL: a SQL function with an aggregate is never inlined, and called from
--- PL/pgSQL it would be planned anew at every call (70 us); this one keeps its plan.
--- `warn`: whether to check the session's own settings (idem.warn_session_settings), which a
--- function a parallel worker may run must not (it keeps what it saw with set_config).
-CREATE FUNCTION idem.owner_settings(warn boolean DEFAULT true) RETURNS idem.owner_settings
-LANGUAGE plpgsql STABLE
+-- The owner's settings for the role this session logged in as, read from the tables, after
+-- idem.keys_as_created(). Declared IMMUTABLE, which it is not, on purpose, like
+-- idem.keys_as_created(): idem.owner_settings() calls it where the planner runs it once and
+-- keeps the result as a constant in the cached plan of that expression, which names idem.keys,
+-- idem.settings and idem.role_settings (regclass constants, watched by PostgreSQL's plan cache
+-- as it watches a sequence named by nextval). The plan is made again when one of them changes:
+-- idem.keys by DDL, the settings tables by any write (their statement trigger,
+-- idem.settings_changed). So a call reads no table; a write of the owner reaches every session
+-- from its next call. (The role's rows come first, as ALTER ROLE ... SET's before ALTER
+-- DATABASE's; a role is the one the session logged in as, as for ALTER ROLE ... SET, which SET
+-- ROLE does not change.)
+CREATE FUNCTION idem.owner_settings_of_session() RETURNS idem.owner_settings
+LANGUAGE plpgsql IMMUTABLE
 AS $$
--- Loops over the rows the owner added (usually none): an aggregate over them costs 5 to 10
--- times more (its executor node is set up at every call).
 DECLARE
     result idem.owner_settings := ROW(false, 255, 1048576, 1000, 60000000, 86400000000, false);
     setting record;
-    for_role text[] := '{}';   -- the names the role's rows set
-    ignored text;
 BEGIN
-    -- idem.keys_as_created() runs when this statement is planned, and the plan is kept until
-    -- idem.keys changes (the regclass constant): see above. The database's rows and the
-    -- role's, which come first: as ALTER ROLE ... SET, the role the session logged in as
-    -- (compared as regrole's output, which costs nothing without rows, where a lookup of the
-    -- session user's oid would cost every call).
-    FOR setting IN SELECT s.name, s.value, false AS for_role
-                     FROM idem.settings AS s
-                    WHERE idem.keys_as_created() AND 'idem.keys'::pg_catalog.regclass IS NOT NULL
-                   UNION ALL
-                   SELECT r.name, r.value, true FROM idem.role_settings AS r
-                    WHERE r.role::pg_catalog.text OPERATOR(pg_catalog.=) pg_catalog.quote_ident(SESSION_USER) LOOP
-        IF setting.for_role THEN
-            for_role := for_role OPERATOR(pg_catalog.||) ARRAY[setting.name];
-        ELSIF setting.name OPERATOR(pg_catalog.=) ANY (for_role) THEN
-            CONTINUE;
-        END IF;
+    PERFORM idem.keys_as_created();
+    FOR setting IN SELECT s.name, s.value FROM (
+                       SELECT d.name, d.value, 0 AS rank FROM idem.settings AS d
+                       UNION ALL
+                       SELECT r.name, r.value, 1 FROM idem.role_settings AS r
+                        WHERE r.role OPERATOR(pg_catalog.=) pg_catalog.to_regrole(pg_catalog.quote_ident(SESSION_USER))
+                   ) AS s ORDER BY s.rank LOOP
         CASE setting.name
         WHEN 'pg_idem.tenant_grants' THEN
             result.tenant_grants := setting.value OPERATOR(pg_catalog.=) 'on';
@@ -391,15 +387,57 @@ BEGIN
             NULL;   -- pg_idem.purge_in_passing: rules.sql
         END CASE;
     END LOOP;
-    -- what this session set of the settings it cannot change, as last seen: said once (below)
-    ignored := 'tenant_grants=' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting('pg_idem.tenant_grants', true), '')
-        OPERATOR(pg_catalog.||) ' max_key_length=' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting('pg_idem.max_key_length', true), '')
-        OPERATOR(pg_catalog.||) ' max_response_bytes=' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting('pg_idem.max_response_bytes', true), '')
-        OPERATOR(pg_catalog.||) ' max_batch_keys=' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting('pg_idem.max_batch_keys', true), '');
-    IF warn AND ignored OPERATOR(pg_catalog.<>) COALESCE(pg_catalog.current_setting('pg_idem_sql_edition.seen', true), '') THEN
-        PERFORM idem.warn_session_settings(ignored);
-    END IF;
     RETURN result;
+END
+$$;
+
+-- A write of the settings tables makes the plans that name them be made again (see above):
+-- a GRANT to the table's owner of what it has, which changes nothing but sends the relation's
+-- invalidation, as any change of its pg_class row does. Only the owner (or a superuser) can
+-- write the tables, and so run this.
+CREATE FUNCTION idem.settings_changed() RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    EXECUTE pg_catalog.format('GRANT SELECT ON TABLE idem.%I TO %I', TG_TABLE_NAME,
+        (SELECT r.rolname FROM pg_catalog.pg_class AS c
+           JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) c.relowner
+          WHERE c.oid OPERATOR(pg_catalog.=) TG_RELID));
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER settings_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idem.settings
+    FOR EACH STATEMENT EXECUTE FUNCTION idem.settings_changed();
+CREATE TRIGGER settings_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idem.role_settings
+    FOR EACH STATEMENT EXECUTE FUNCTION idem.settings_changed();
+
+-- The owner's settings of one call. `warn`: whether to check the session's own settings
+-- (idem.warn_session_settings), which a function a parallel worker may run must not (it keeps
+-- what it saw with set_config).
+CREATE FUNCTION idem.owner_settings(warn boolean DEFAULT true) RETURNS idem.owner_settings
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    ignored text;
+BEGIN
+    IF warn THEN
+        -- what this session set of the settings it cannot change, as last seen: said once
+        ignored := 'tenant_grants=' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting('pg_idem.tenant_grants', true), '')
+            OPERATOR(pg_catalog.||) ' max_key_length=' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting('pg_idem.max_key_length', true), '')
+            OPERATOR(pg_catalog.||) ' max_response_bytes=' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting('pg_idem.max_response_bytes', true), '')
+            OPERATOR(pg_catalog.||) ' max_batch_keys=' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting('pg_idem.max_batch_keys', true), '');
+        IF ignored OPERATOR(pg_catalog.<>) COALESCE(pg_catalog.current_setting('pg_idem_sql_edition.seen', true), '') THEN
+            PERFORM idem.warn_session_settings(ignored);
+        END IF;
+    END IF;
+    -- a constant of this statement's cached plan (idem.owner_settings_of_session above): the
+    -- regclass constants are what PostgreSQL's plan cache watches. A statement, not an
+    -- expression without one: PL/pgSQL checks such a simple expression's plan without the
+    -- invalidations of the relations it names
+    RETURN (SELECT idem.owner_settings_of_session()
+             WHERE 'idem.keys'::pg_catalog.regclass IS NOT NULL
+               AND 'idem.settings'::pg_catalog.regclass IS NOT NULL
+               AND 'idem.role_settings'::pg_catalog.regclass IS NOT NULL);
 END
 $$;
 
