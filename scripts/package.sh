@@ -43,6 +43,9 @@ deb() {
     doc="$staging/usr/share/doc/$name"
     mkdir -p "$doc" "$staging/DEBIAN"
     cp README.md "$doc/README.md"
+    # the pages the README links to, at the same relative path
+    mkdir -p "$doc/docs"
+    cp docs/*.md "$doc/docs/"
     cat >"$doc/copyright" <<COPYRIGHT
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: pg_idem

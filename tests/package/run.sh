@@ -102,6 +102,9 @@ expected_files() {
         echo "-rw-r--r-- root/root $ext/$(basename "$script")"
     done
     echo "-rw-r--r-- root/root ./usr/share/doc/$name/README.md"
+    for page in docs/*.md; do
+        echo "-rw-r--r-- root/root ./usr/share/doc/$name/$page"
+    done
     echo "-rw-r--r-- root/root ./usr/share/doc/$name/copyright"
 }
 listed_files() {
@@ -130,6 +133,7 @@ install_script_ok() {
 }
 check "pg_idem--$version.sql creates idem_claim, no placeholders left" install_script_ok
 check "the README in the docs is the source's" cmp README.md "$unpacked/usr/share/doc/$name/README.md"
+check "the docs/ pages the README links to are the source's" diff -r docs "$unpacked/usr/share/doc/$name/docs"
 library_ok() {
     readelf -h "$so" | grep -q 'Type: *DYN' || { readelf -h "$so"; return 1; }
     readelf -h "$so" | grep -q 'Machine: *Advanced Micro Devices X86-64' || { readelf -h "$so"; return 1; }
