@@ -139,3 +139,28 @@ AS 'MODULE_PATHNAME', 'idem_version_wrapper';
 
 COMMENT ON FUNCTION idem_version() IS
 'The version of pg_idem that answers: natively its library (pg_extension has its SQL objects''), in the SQL edition its install; an update starts from this version';
+
+-- A fence written to idem.keys by anything but pg_idem's own writes (a restore's COPY, an
+-- INSERT by hand, a logical replica's apply, hence ALWAYS) lifts the fence clock to it when the
+-- write happens: a server that handed out fences before draws every later one above the
+-- restored ones (src/store/fences.rs). The engine writes without the executor and accepts this
+-- trigger, and no other (src/pg/heap.rs). The SQL edition creates no trigger: its function is
+-- no C function there, and its fences come from idem.fence_seq, which a restore sets.
+-- idem_distribute drops it: Citus distributes no table with triggers.
+CREATE FUNCTION idem.lift_fence_clock() RETURNS trigger
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'idem_lift_fence_clock_wrapper';
+REVOKE ALL ON FUNCTION idem.lift_fence_clock() FROM PUBLIC;
+
+DO $lift$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc AS p
+                 JOIN pg_catalog.pg_language AS l ON l.oid OPERATOR(pg_catalog.=) p.prolang
+                WHERE p.oid OPERATOR(pg_catalog.=) 'idem.lift_fence_clock()'::pg_catalog.regprocedure
+                  AND l.lanname OPERATOR(pg_catalog.=) 'c') THEN
+        CREATE TRIGGER lift_fence_clock AFTER INSERT OR UPDATE OF fence ON idem.keys
+        FOR EACH ROW EXECUTE FUNCTION idem.lift_fence_clock();
+        ALTER TABLE idem.keys ENABLE ALWAYS TRIGGER lift_fence_clock;
+    END IF;
+END
+$lift$;

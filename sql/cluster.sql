@@ -28,6 +28,9 @@ BEGIN
     -- idem.keys first: idem.watermarks and the application's tables colocate with it
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition AS d
                     WHERE d.logicalrelid OPERATOR(pg_catalog.=) 'idem.keys'::pg_catalog.regclass) THEN
+        -- the trigger that lifts the fence clock to restored fences goes: Citus distributes
+        -- no table with one
+        DROP TRIGGER IF EXISTS lift_fence_clock ON idem.keys;
         PERFORM pg_catalog.create_distributed_table('idem.keys', 'tenant',
             shard_count => COALESCE(shard_count, pg_catalog.current_setting('citus.shard_count')::pg_catalog.int4));
     END IF;

@@ -59,8 +59,35 @@ BEGIN
 END
 $update$;
 
--- idem_distribute drops that trigger before Citus distributes idem.tenant_grants (Citus
--- distributes no table with triggers); the rest of it is as it was.
+-- A fence written to idem.keys by anything but pg_idem's own writes (a restore's COPY) lifts
+-- the fence clock to it at once (sql/api.sql). Not on a Citus cluster that distributes
+-- idem.keys already: Citus distributes no table with triggers.
+CREATE FUNCTION idem.lift_fence_clock() RETURNS trigger
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'idem_lift_fence_clock_wrapper';
+REVOKE ALL ON FUNCTION idem.lift_fence_clock() FROM PUBLIC;
+
+DO $update$
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition AS d
+                    WHERE d.logicalrelid OPERATOR(pg_catalog.=) 'idem.keys'::pg_catalog.regclass) THEN
+            RETURN;
+        END IF;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc AS p
+                 JOIN pg_catalog.pg_language AS l ON l.oid OPERATOR(pg_catalog.=) p.prolang
+                WHERE p.oid OPERATOR(pg_catalog.=) 'idem.lift_fence_clock()'::pg_catalog.regprocedure
+                  AND l.lanname OPERATOR(pg_catalog.=) 'c') THEN
+        EXECUTE 'CREATE TRIGGER lift_fence_clock AFTER INSERT OR UPDATE OF fence ON idem.keys
+            FOR EACH ROW EXECUTE FUNCTION idem.lift_fence_clock()';
+        EXECUTE 'ALTER TABLE idem.keys ENABLE ALWAYS TRIGGER lift_fence_clock';
+    END IF;
+END
+$update$;
+
+-- idem_distribute drops those triggers before Citus distributes idem.keys and
+-- idem.tenant_grants (Citus distributes no table with triggers); the rest of it is as it was.
 CREATE OR REPLACE FUNCTION idem_distribute(shard_count integer DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -86,6 +113,9 @@ BEGIN
     -- idem.keys first: idem.watermarks and the application's tables colocate with it
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition AS d
                     WHERE d.logicalrelid OPERATOR(pg_catalog.=) 'idem.keys'::pg_catalog.regclass) THEN
+        -- the trigger that lifts the fence clock to restored fences goes: Citus distributes
+        -- no table with one
+        DROP TRIGGER IF EXISTS lift_fence_clock ON idem.keys;
         PERFORM pg_catalog.create_distributed_table('idem.keys', 'tenant',
             shard_count => COALESCE(shard_count, pg_catalog.current_setting('citus.shard_count')::pg_catalog.int4));
     END IF;

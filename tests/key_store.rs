@@ -310,6 +310,18 @@ fn an_idem_keys_the_engine_cannot_write_takes_the_spi_path() {
                $$ BEGIN INSERT INTO public.audit VALUES (NEW.key); RETURN NEW; END $$;",
         )
         .unwrap();
+    // pg_idem's own trigger (lift_fence_clock: restored fences lift the fence clock) is the
+    // one the engine accepts
+    let own: Vec<String> = admin
+        .query(
+            "SELECT tgname::text FROM pg_catalog.pg_trigger WHERE tgrelid = 'idem.keys'::regclass",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(own, ["lift_fence_clock"]);
     assert_eq!(claim_open(&mut db, "before"), (0, 0), "engine path");
     admin
         .batch_execute(

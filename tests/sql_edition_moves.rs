@@ -44,9 +44,10 @@
 //!        -c "SELECT setval('idem.fence_seq', GREATEST(last_value, $floor)) FROM idem.fence_seq"
 //!    ```
 //!    A native target that has handed out fences since it started lifts its fence counter to
-//!    a restored floor only at its next start: restart it after this step when the source's
-//!    fences may be ahead of its clock (a SQL edition that came from a native server less than
-//!    a minute before, or a source whose clock runs ahead; see the ignored test at the end).
+//!    each restored row's fence as the COPY writes it (pg_idem's trigger `lift_fence_clock` on
+//!    idem.keys; see the test at the end), so no restart is needed for keys that moved; the
+//!    floor itself, which also covers fences of keys the source purged or forgot, it lifts
+//!    its counter to at its next start.
 //! 4. The settings, by hand: they are no rows of the native edition. To the SQL edition, as its
 //!    owner: `INSERT INTO idem.settings VALUES ('pg_idem.tenant_grants', 'on') ON CONFLICT (name)
 //!    DO UPDATE SET value = EXCLUDED.value;` (and each setting changed from its default, with
@@ -1227,14 +1228,15 @@ fn a_sql_edition_takeover_is_above_the_fence_it_replaces_without_the_floor() {
 /// Natively the fence counter is lifted to the floor in idem.fence_seq once per server
 /// lifetime, at a database's first fence (src/store/fences.rs `lift`); a floor raised later by
 /// a restore (step 3's setval) is read again only when the counter passes the floor it knew,
-/// and then only as the floor, never lifting the counter. So a native target that handed out
-/// fences before the move keeps handing out its clock's, below restored fences that are ahead
-/// of that clock: those of a SQL edition that came from a native server less than a minute
-/// before (its fences start at that server's floor, a minute of clock ahead), as in this
-/// rehearsal there and back, or of a source whose clock is ahead. Takeovers of restored keys
-/// are not affected (above the fence they replace).
+/// and then only as the floor, never lifting the counter. A native target that handed out
+/// fences before the move would keep handing out its clock's, below restored fences that are
+/// ahead of that clock: those of a SQL edition that came from a native server less than a
+/// minute before (its fences start at that server's floor, a minute of clock ahead), as in
+/// this rehearsal there and back, or of a source whose clock is ahead. The restore's COPY
+/// fires pg_idem's trigger `lift_fence_clock` on idem.keys, which lifts the counter to each
+/// fence it writes. (Takeovers of restored keys were never affected: above the fence they
+/// replace.)
 #[test]
-#[ignore = "bug: a native database that handed out fences ignores a floor restored later"]
 fn a_native_target_in_use_hands_out_fences_above_restored_ones() {
     let first = Side::native(Install::Installed);
     let sql = Side::plain();

@@ -10,7 +10,8 @@
 //! (WAL, TOAST, visibility map, statistics, predicate locks for SERIALIZABLE, replica identity
 //! for logical decoding are theirs), an entry in every index for each new row version that is
 //! not heap-only, unique checks, a command counter increment after each write. What it cannot
-//! do, and so refuses to open (`Table::open` says why): triggers, row level security, CHECK
+//! do, and so refuses to open (`Table::open` says why): triggers (but pg_idem's own
+//! `lift_fence_clock`, which the engine's writes need not fire), row level security, CHECK
 //! constraints, generated columns, partitioning, another table access method, indexes that are
 //! not plain btree indexes on columns (expressions, predicates, exclusion constraints, deferred
 //! uniqueness), rules, a replica identity other than the primary key, and publications that
@@ -861,7 +862,8 @@ impl Drop for Table {
 
 /// Whether the executor would do anything for a write to `rel` that this module does not.
 fn check_writable(rel: pg_sys::Relation) -> Result<(), &'static str> {
-    // SAFETY: rel is an open relation; these are plain reads of its cached catalog data.
+    // SAFETY: rel is an open relation; these are plain reads of its cached catalog data (and
+    // syscache probes of its triggers' functions, inside the caller's transaction).
     unsafe {
         let class = &*(*rel).rd_rel;
         if class.relkind != pg_sys::RELKIND_RELATION as i8 {
@@ -873,7 +875,7 @@ fn check_writable(rel: pg_sys::Relation) -> Result<(), &'static str> {
         if class.relrowsecurity {
             return Err("it has row level security");
         }
-        if !(*rel).trigdesc.is_null() {
+        if !(*rel).trigdesc.is_null() && !only_fence_clock_triggers(&*(*rel).trigdesc) {
             return Err("it has triggers");
         }
         if !(*rel).rd_rules.is_null() {
@@ -893,6 +895,58 @@ fn check_writable(rel: pg_sys::Relation) -> Result<(), &'static str> {
         }
     }
     Ok(())
+}
+
+/// The C function of pg_idem's own trigger on idem.keys (`lift_fence_clock`, sql/api.sql):
+/// it lifts the fence clock to fences written through the executor (a restore's COPY) and
+/// changes no row, so a write without the executor needs nothing of it (its fences come from
+/// that clock).
+const FENCE_CLOCK_TRIGGER: &std::ffi::CStr = c"idem_lift_fence_clock_wrapper";
+
+/// Whether every trigger of `triggers` runs pg_idem's fence clock trigger function: a C
+/// function (it has a library) whose symbol is `FENCE_CLOCK_TRIGGER`. Read once per layout.
+///
+/// SAFETY: `triggers` is the trigger descriptor of an open relation.
+unsafe fn only_fence_clock_triggers(triggers: &pg_sys::TriggerDesc) -> bool {
+    (0..triggers.numtriggers.max(0) as usize).all(|i| {
+        // SAFETY: `triggers` holds `numtriggers` triggers.
+        let function = unsafe { (*triggers.triggers.add(i)).tgfoid };
+        is_fence_clock_function(function)
+    })
+}
+
+fn is_fence_clock_function(function: pg_sys::Oid) -> bool {
+    // SAFETY: a syscache probe of pg_proc inside a transaction; the tuple is released below
+    // and the attributes read are copied out first (text_to_cstring pallocs).
+    unsafe {
+        let tuple = pg_sys::SearchSysCache1(
+            pg_sys::SysCacheIdentifier::PROCOID as i32,
+            pg_sys::Datum::from(function),
+        );
+        if tuple.is_null() {
+            return false;
+        }
+        let mut no_library = true;
+        pg_sys::SysCacheGetAttr(
+            pg_sys::SysCacheIdentifier::PROCOID as i32,
+            tuple,
+            pg_sys::Anum_pg_proc_probin as pg_sys::AttrNumber,
+            &mut no_library,
+        );
+        let mut no_symbol = true;
+        let symbol = pg_sys::SysCacheGetAttr(
+            pg_sys::SysCacheIdentifier::PROCOID as i32,
+            tuple,
+            pg_sys::Anum_pg_proc_prosrc as pg_sys::AttrNumber,
+            &mut no_symbol,
+        );
+        let own = !no_library
+            && !no_symbol
+            && std::ffi::CStr::from_ptr(pg_sys::text_to_cstring(symbol.cast_mut_ptr()))
+                == FENCE_CLOCK_TRIGGER;
+        pg_sys::ReleaseSysCache(tuple);
+        own
+    }
 }
 
 /// A live column of a table, as the relcache describes it.

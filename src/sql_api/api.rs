@@ -232,6 +232,23 @@ fn idem_version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }
 
+/// The row trigger `lift_fence_clock` of idem.keys (sql/api.sql): a fence written through the
+/// executor (a restore's COPY or INSERT, a row written by hand, a logical replica's apply: it
+/// is ENABLE ALWAYS) lifts the fence clock to it, so a server that handed out fences before
+/// draws every later fence above the restored ones at once, not only after its next start. The
+/// key store's engine writes without the executor and does not fire it (its fences come from
+/// that clock; `heap::Table` accepts this trigger and no other); on the SPI path it finds the
+/// clock there already. Changes no row.
+#[pg_trigger(sql = false)]
+fn idem_lift_fence_clock<'a>(
+    trigger: &'a PgTrigger<'a>,
+) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, std::convert::Infallible> {
+    if let Some(Ok(Some(fence))) = trigger.new().map(|row| row.get_by_name::<i64>("fence")) {
+        store::fences::seen(fence);
+    }
+    Ok(None)
+}
+
 /// In-server tests: each runs inside one transaction that is rolled back afterwards; what needs
 /// several sessions is tested through real client connections in tests/.
 #[cfg(any(test, feature = "pg_test"))]

@@ -23,8 +23,10 @@
 //! floor (the counter is lifted to it once per server lifetime, never again: a floor raised in
 //! this lifetime is ahead of the clock, and lifting to it would run fences ahead of the clock,
 //! which the failover term below needs), so it exceeds every fence handed out before, whatever
-//! the clock says. Shared memory keeps one slot per database: creating the extension again
-//! reuses it, and a dropped database's slot is freed when another needs one. idem.fence_seq is WAL-logged, so it reaches standbys, pg_dump and
+//! the clock says. Fences restored into idem.keys while the server runs (a restore's COPY) lift
+//! the counter as they are written (`seen`, through the trigger `lift_fence_clock`), so fences
+//! drawn after the restore are above them without a restart. Shared memory keeps one slot per
+//! database: creating the extension again reuses it, and a dropped database's slot is freed when another needs one. idem.fence_seq is WAL-logged, so it reaches standbys, pg_dump and
 //! pg_upgrade keep it.
 //!
 //! Failover: a promoted standby has the floor as far as it had replayed the WAL. Fences there
@@ -130,6 +132,24 @@ pub fn next(sequence: pg_sys::Oid, replaced: Option<i64>) -> i64 {
         with_floor_lock(|| raise(slot, sequence, fence));
     }
     fence
+}
+
+/// A fence written to idem.keys by something other than pg_idem's own writes (a restore's
+/// COPY or INSERT, a row written by hand, a logical replica's apply), seen by the trigger
+/// `lift_fence_clock`: the counter goes up to it, so every fence drawn once that write is
+/// committed is above it (the draw then raises the floor above itself, as always). Without
+/// this, a server that handed out fences before a restore would draw below restored fences
+/// that its clock has not reached yet (a source whose floor or clock was ahead) until its next
+/// start. A load and a compare when the counter is there already, as for pg_idem's own writes
+/// through SPI; without shared memory fences come from the sequence, which a restore sets.
+pub fn seen(fence: i64) {
+    if !preload::active() {
+        return;
+    }
+    let clock_state = CLOCK.get();
+    if fence > clock_state.last.load(Ordering::Acquire) {
+        clock_state.last.fetch_max(fence, Ordering::AcqRel);
+    }
 }
 
 /// max(last + 1, clock, at_least), stored as the new last: one compare-and-swap.
