@@ -981,7 +981,9 @@ fn sha1_and_downstream_keys_are_native() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// key_lock_id and stored_request_hash: against what native locks and stores
+// key_lock_id and stored_request_hash: against what native locks and stores. The SQL edition's
+// lock id is native's of the key with its secret in front (sql/edition/hashing.sql: its locks
+// are in a space any role can take, natively in one none can)
 // ---------------------------------------------------------------------------------------------
 
 #[test]
@@ -1025,7 +1027,12 @@ fn lock_ids_and_stored_hashes_are_native() {
         let row = tx
             .query_one(
                 "SELECT (l.classid::bigint << 32) | l.objid::bigint, idem.key_lock_id($1, $2), \
-                        k.request_hash, idem.stored_request_hash($3) \
+                        k.request_hash, idem.stored_request_hash($3), \
+                        ('x' || encode(substr(sha256(convert_to($1, 'UTF8') || '\\x00'::bytea \
+                                || convert_to($2, 'UTF8')), 1, 8), 'hex'))::bit(64)::bigint, \
+                        ('x' || encode(substr(sha256((SELECT s.secret FROM idem.key_lock_secret AS s) \
+                                || convert_to($1, 'UTF8') || '\\x00'::bytea \
+                                || convert_to($2, 'UTF8')), 1, 8), 'hex'))::bit(64)::bigint \
                    FROM pg_locks AS l, idem.keys AS k \
                   WHERE l.locktype = 'advisory' AND l.objsubid = 478 \
                     AND l.pid = pg_backend_pid() AND k.tenant = $1 AND k.key = $2",
@@ -1033,10 +1040,21 @@ fn lock_ids_and_stored_hashes_are_native() {
             )
             .unwrap_or_else(|e| panic!("the key lock of ({tenant:?}, {key:?}): {e}"));
         let (native_lock, sql_lock): (i64, i64) = (row.get(0), row.get(1));
+        let (native_formula, secret_formula): (i64, i64) = (row.get(4), row.get(5));
+        // the bytes native hashes are the ones the formula hashes, and the SQL edition's the
+        // same with the secret in front
         assert_eq!(
-            sql_lock, native_lock,
-            "key_lock_id({tenant:?}, {key:?}): native locked {:016x}",
+            native_formula, native_lock,
+            "native key lock of ({tenant:?}, {key:?}): {:016x}",
             native_lock as u64
+        );
+        assert_eq!(
+            sql_lock, secret_formula,
+            "key_lock_id({tenant:?}, {key:?}) with the secret"
+        );
+        assert_ne!(
+            sql_lock, native_lock,
+            "key_lock_id({tenant:?}, {key:?}) is keyed"
         );
         let (native_hash, sql_hash): (Vec<u8>, Vec<u8>) = (row.get(2), row.get(3));
         assert_eq!(
@@ -1052,7 +1070,8 @@ fn lock_ids_and_stored_hashes_are_native() {
     let rows = db
         .query(
             "SELECT t.v, idem.key_lock_id(t.v, t.v || 'k'), \
-                    ('x' || encode(substr(sha256(convert_to(t.v, 'UTF8') || '\\x00'::bytea || \
+                    ('x' || encode(substr(sha256((SELECT s.secret FROM idem.key_lock_secret AS s) || \
+                                                  convert_to(t.v, 'UTF8') || '\\x00'::bytea || \
                                                   convert_to(t.v || 'k', 'UTF8')), 1, 8), 'hex'))::bit(64)::bigint, \
                     idem.stored_request_hash(t.v), substr(sha256(convert_to(t.v, 'UTF8')), 1, 16) \
                FROM unnest($1::text[]) AS t(v)",

@@ -37,7 +37,7 @@
 //!    ```sh
 //!    pg_dump SRC -U owner --data-only --table='idem.*' \
 //!        --exclude-table=idem.settings --exclude-table=idem.role_settings \
-//!        --exclude-table=idem.fence_seq -f idem-rows.sql
+//!        --exclude-table=idem.key_lock_secret --exclude-table=idem.fence_seq -f idem-rows.sql
 //!    psql DST -U owner -X -1 -v ON_ERROR_STOP=1 -f idem-rows.sql
 //!    floor=$(psql SRC -U owner -X -A -t -c 'SELECT last_value FROM idem.fence_seq')
 //!    psql DST -U owner -X -v ON_ERROR_STOP=1 \
@@ -64,7 +64,8 @@
 //! tables belong to the extension, and `pg_dump --schema=idem` dumps no row of an extension's
 //! table (checked below); `--exclude-table=idem.settings` (and `idem.role_settings`) because the
 //! SQL edition's settings are no table of the native edition and the SQL edition installs its own rows of them (the
-//! COPY would fail on either); the sequence apart, because the dump's `setval` would set the
+//! COPY would fail on either), and `idem.key_lock_secret` for the same reason (each SQL edition
+//! install draws its own); the sequence apart, because the dump's `setval` would set the
 //! target's floor to the source's even where the target's is higher (a native target that
 //! handed out fences before: its floor is a clock's, far above any SQL edition's). Restored
 //! rows go in after the install, into its empty tables: the SQL edition's own rows are only
@@ -659,6 +660,7 @@ fn copy_rows(source: &Side, target: &Side) {
             "--table=idem.*",
             "--exclude-table=idem.settings",
             "--exclude-table=idem.role_settings",
+            "--exclude-table=idem.key_lock_secret",
             "--exclude-table=idem.fence_seq",
             "-f",
             &rows,

@@ -338,13 +338,40 @@ SELECT CASE
        END
 $fn$;
 
--- Native hashing::key_lock_id (src/hashing/mod.rs): the first 8 bytes of
--- SHA-256(tenant, 0x00, key), big-endian; native's u64 as the bigint with the same 64 bits.
+-- The secret in every key lock id: random at install, readable by pg_idem's owner only (no
+-- grant). The SQL edition's key locks are in pg_advisory_lock(bigint)'s space, where any role
+-- may take any id; keyed with this secret, an id cannot be computed from a tenant and a key,
+-- only seen in pg_locks while a transaction holds it (the row decides then:
+-- idem.key_held_elsewhere). Not moved between databases (docs/editions.md): each install has
+-- its own, and a new one only changes which ids the locks have.
+CREATE TABLE idem.key_lock_secret (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    secret bytea NOT NULL CHECK (pg_catalog.octet_length(secret) OPERATOR(pg_catalog.>=) 16)
+);
+-- gen_random_uuid: pg_strong_random, 122 random bits each
+INSERT INTO idem.key_lock_secret (secret)
+SELECT pg_catalog.decode(pg_catalog.replace(pg_catalog.gen_random_uuid()::pg_catalog.text
+           OPERATOR(pg_catalog.||) pg_catalog.gen_random_uuid()::pg_catalog.text, '-', ''), 'hex');
+
+-- The secret, read when a caller's expression is planned (IMMUTABLE: a call without arguments
+-- is folded into the plan, which PL/pgSQL keeps for the session), not at every call. Only
+-- pg_idem's owner can read the table: every caller runs inside its SECURITY DEFINER functions.
+CREATE FUNCTION idem.key_lock_secret_of_session() RETURNS bytea
+-- STRICT, so that idem.key_lock_id (STRICT) stays inlinable
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $fn$
+SELECT s.secret FROM idem.key_lock_secret AS s
+$fn$;
+
+-- A key's lock id: the first 8 bytes of SHA-256(secret, tenant, 0x00, key), big-endian, as the
+-- bigint with the same 64 bits (native hashing::key_lock_id without the secret: natively the
+-- locks are in a space no SQL function can reach).
 CREATE FUNCTION idem.key_lock_id(tenant text, key text) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $fn$
 SELECT ('x' OPERATOR(pg_catalog.||) pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(
-            pg_catalog.decode(pg_catalog.replace(tenant, E'\\', E'\\\\'), 'escape')
+            idem.key_lock_secret_of_session()
+            OPERATOR(pg_catalog.||) pg_catalog.decode(pg_catalog.replace(tenant, E'\\', E'\\\\'), 'escape')
             OPERATOR(pg_catalog.||) pg_catalog.decode('00', 'hex')
             OPERATOR(pg_catalog.||) pg_catalog.decode(pg_catalog.replace(key, E'\\', E'\\\\'), 'escape')),
         1, 8), 'hex'))::pg_catalog.bit(64)::pg_catalog.int8

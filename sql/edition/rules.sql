@@ -375,7 +375,9 @@ $$;
 
 -- Whether this transaction holds the key's lock already (it claimed the key, or proved its
 -- fence): only asked in the rare case where the answer depends on it (its own attempt, past its
--- lease), because pg_locks is not cheap.
+-- lease), because pg_locks is not cheap. A transaction that claimed the key while another role
+-- held its lock (idem.key_held_elsewhere) holds the row, not the lock: its own attempt, past its
+-- lease in the same transaction, is then taken over rather than answered in_progress.
 CREATE FUNCTION idem.holds_key_lock(lock_id bigint) RETURNS boolean
 LANGUAGE sql
 AS $$
@@ -388,6 +390,33 @@ AS $$
                                                  WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
           AND l.classid::pg_catalog.int8 OPERATOR(pg_catalog.=) ((lock_id OPERATOR(pg_catalog.>>) 32) OPERATOR(pg_catalog.&) 4294967295)
           AND l.objid::pg_catalog.int8 OPERATOR(pg_catalog.=) (lock_id OPERATOR(pg_catalog.&) 4294967295))
+$$;
+
+-- Whether another transaction holds the key, asked when its key lock is taken: the lock is in
+-- pg_advisory_lock(bigint)'s space, where any role may take any id (key_lock_id is keyed with a
+-- secret no other role reads, but pg_locks shows every held id to every role), so for a key
+-- that has a row a held lock only says "look at the row", which only pg_idem's owner can lock or
+-- write. A row locked by another
+-- transaction (SKIP LOCKED passes it) is a transaction claiming or finishing the key: held.
+-- Otherwise the row is locked now, by this transaction, and the caller goes on. A key without a
+-- row is held: a transaction is inserting it (or another role holds its lock: tests/
+-- sql_edition_security.rs, docs/editions.md); going on there would race the lock's holder to the
+-- insert, and the loser would wait for the winner's whole transaction instead of answering.
+CREATE FUNCTION idem.key_held_elsewhere(tenant text, key text, row_seen boolean) RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF NOT row_seen THEN
+        RETURN true;
+    END IF;
+    PERFORM FROM idem.keys AS k
+     WHERE k.tenant OPERATOR(pg_catalog.=) key_held_elsewhere.tenant
+       AND k.key OPERATOR(pg_catalog.=) key_held_elsewhere.key
+       FOR NO KEY UPDATE OF k SKIP LOCKED;
+    -- not found: locked by another transaction, or gone since it was read (purged, forgotten,
+    -- released), which is a key without a row
+    RETURN NOT FOUND;
+END
 $$;
 
 -- 25006 as the executor raises it for a write in a read-only transaction (a hot standby).
@@ -506,10 +535,14 @@ BEGIN
         END IF;
         IF NOT locked THEN
             PERFORM idem.prevent_if_read_only('INSERT');
+            -- held, the key lock says that a transaction is claiming or finishing this key
+            -- right now, or that some role took an id it saw in pg_locks:
+            -- idem.key_held_elsewhere asks the row
             IF NOT pg_catalog.pg_try_advisory_xact_lock(idem.key_lock_id(tenant, key)) THEN
-                -- another transaction is claiming or finishing this key right now
-                result := ROW('in_progress', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
-                RETURN result;
+                IF idem.key_held_elsewhere(tenant, key, k_found) THEN
+                    result := ROW('in_progress', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+                    RETURN result;
+                END IF;
             END IF;
             locked := true;
             IF k_found THEN
@@ -560,7 +593,7 @@ BEGIN
         -- inserted and committed by another transaction since the first read (it held the key
         -- lock then), or purged meanwhile: look again, with the lock
     END LOOP;
-    -- with the key lock held, every round found no row to take and wrote none: a trigger or a
+    -- with the key held, every round found no row to take and wrote none: a trigger or a
     -- rule drops pg_idem's writes
     PERFORM idem.dropped_write('idem_claim', tenant, key);
     RETURN NULL;
@@ -621,7 +654,10 @@ BEGIN
         PERFORM idem.prevent_if_read_only(CASE operation WHEN 'release' THEN 'DELETE'
             WHEN 'assert' THEN 'SELECT FOR NO KEY UPDATE' ELSE 'UPDATE' END);
     END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock(idem.key_lock_id(tenant, key));
+    -- the key lock, for claims to see (idem.key_held_elsewhere): taken if free, never waited for,
+    -- since a role can take an id it saw in pg_locks; the row lock below is what waits for
+    -- whoever is claiming or finishing the key
+    PERFORM pg_catalog.pg_try_advisory_xact_lock(idem.key_lock_id(tenant, key));
     IF operation IN ('complete', 'fail') THEN
         -- the usual case in one statement: the key held by this fence, a whole row in progress
         -- (one read_key accepts). Anything else (and a write a trigger drops) changes nothing
@@ -701,9 +737,9 @@ $$;
 -- Consumed messages (src/rules/consumes.rs, src/store/spi.rs's consume)
 -- ---------------------------------------------------------------------------------------------
 
--- Records a message as processed unless it was: true when it is new. The key lock is waited
--- for (a transaction claiming, finishing or consuming the key holds it until it ends), then
--- the row lock, and the decision is made on what they left. A new message is a narrow row
+-- Records a message as processed unless it was: true when it is new. The insert of a new
+-- message, or the row lock, waits for a transaction claiming, finishing or consuming the key
+-- (until it ends), and the decision is made on what it left. A new message is a narrow row
 -- (sql/schema.sql): its key, state 'c' and its expiry in purge_after, every other column NULL.
 CREATE FUNCTION idem.consume(tenant text, key text, ttl_us bigint, now timestamptz) RETURNS boolean
 LANGUAGE plpgsql
@@ -735,9 +771,10 @@ BEGIN
             RETURN false;
         END IF;
         IF NOT pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
-            -- wait for whoever is claiming, finishing or consuming the key, then decide on
-            -- what it left
-            PERFORM pg_catalog.pg_advisory_xact_lock(lock_id);
+            -- the key lock for claims to see, never waited for (pg_locks shows its id to all):
+            -- the insert and the locked read below wait for whoever is claiming, finishing or
+            -- consuming the key, and decide on what it left
+            PERFORM pg_catalog.pg_try_advisory_xact_lock(lock_id);
             IF r.state IS NULL THEN
                 -- a new message (the usual case): no second read. A row inserted since the read
                 -- above (or a write a trigger drops) makes this insert do nothing, and the path

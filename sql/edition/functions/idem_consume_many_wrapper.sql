@@ -50,7 +50,9 @@ BEGIN
                                 AND k.key OPERATOR(pg_catalog.=) m.key
                               LIMIT 1) AS row ON true
          WHERE row.found IS NULL;
-        PERFORM pg_catalog.pg_advisory_xact_lock(idem.key_lock_id(tenant, a.key))
+        -- the key locks for claims to see, never waited for (pg_locks shows their ids to all): the
+        -- insert waits for whoever is inserting one of the keys
+        PERFORM pg_catalog.pg_try_advisory_xact_lock(idem.key_lock_id(tenant, a.key))
            FROM pg_catalog.unnest(absent) WITH ORDINALITY AS a(key, i);
         WITH written AS (
             INSERT INTO idem.keys AS k (tenant, key, state, purge_after)
