@@ -7,7 +7,7 @@
 //!
 //! | cache                                   | where               | stale after                      |
 //! |-----------------------------------------|---------------------|----------------------------------|
-//! | table layouts (indexes, IndexInfo)      | `pg::heap::Layout`  | `Relations`: the table or an index changed |
+//! | table layouts (indexes, IndexInfo)      | `pg::heap::layout`  | `Relations`: the table or an index changed |
 //! | engine or SPI path, or refused          | `store::engine`     | `Relations` (idem.keys), and a promotion |
 //! | tenant grant answers, grants' OIDs      | `sql_api::tenants`  | `TenantGrants`, `Roles`          |
 //! | result row descriptors                  | `pg::datum`         | `Functions`: any pg_proc change  |
