@@ -60,7 +60,7 @@ INTERNALS_LAST = ["rules.sql"]
 # Functions declared PARALLEL SAFE natively whose SQL body is not: its tenant check runs a
 # subtransaction (idem.in_restricted_operation), which a parallel worker may not start. The
 # native function answers there (its tenant check reads the grants with the snapshot parallel
-# mode allows, src/pg/heap.rs), so the declaration stays (a Citus cluster's update cannot ALTER
+# mode allows, src/pg/heap/scan.rs), so the declaration stays (a Citus cluster's update cannot ALTER
 # a distributed function inside ALTER EXTENSION UPDATE).
 PARALLEL_UNSAFE_HERE = {"idem_watermark_wrapper"}
 # the SQL edition's first release: there is nothing older to update from

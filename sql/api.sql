@@ -144,7 +144,7 @@ COMMENT ON FUNCTION idem_version() IS
 -- INSERT by hand, a logical replica's apply, hence ALWAYS) lifts the fence clock to it when the
 -- write happens: a server that handed out fences before draws every later one above the
 -- restored ones (src/store/fences.rs). The engine writes without the executor and accepts this
--- trigger, and no other (src/pg/heap.rs). The SQL edition creates no trigger: its function is
+-- trigger, and no other (src/pg/heap/checks.rs). The SQL edition creates no trigger: its function is
 -- no C function there, and its fences come from idem.fence_seq, which a restore sets.
 -- idem_distribute drops it: Citus distributes no table with triggers.
 CREATE FUNCTION idem.lift_fence_clock() RETURNS trigger

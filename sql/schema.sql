@@ -34,7 +34,7 @@ CREATE SEQUENCE idem.fence_seq AS bigint MINVALUE 1 NO CYCLE;
 -- of them. What each NULL means is said once, in src/rules/key_row.rs (MessageRows).
 CREATE TABLE idem.keys (
     -- The order is for the bytes on the page. The first eight columns hold everything a message
-    -- row has, key last: the engine (src/pg/heap.rs) writes a row without its trailing NULLs,
+    -- row has, key last: the engine (src/pg/heap/write.rs) writes a row without its trailing NULLs,
     -- the way PostgreSQL keeps rows written before an ADD COLUMN, and a row of at most eight
     -- columns keeps its null bitmap in the header's spare byte, so a message row's data starts
     -- at byte 24 instead of 32 (the executor, which the SQL edition and the SPI path write

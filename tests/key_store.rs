@@ -1,4 +1,4 @@
-//! The key store at engine level (src/store/engine.rs, src/pg/heap.rs), through real sessions:
+//! The key store at engine level (src/store/engine/, src/pg/heap/), through real sessions:
 //! claims held open in many transactions take no lock-table entry per key, an attempt in flight
 //! is answered `in_progress` at once however it is in flight, and a fenced write that waited
 //! for another transaction checks its fence again on the row that transaction left.

@@ -5,15 +5,15 @@
 //!
 //! The caches, by what they depend on (`Depends`):
 //!
-//! | cache                                   | where               | stale after                      |
-//! |-----------------------------------------|---------------------|----------------------------------|
-//! | table layouts (indexes, IndexInfo)      | `pg::heap::Layout`  | `Relations`: the table or an index changed |
-//! | engine or SPI path, or refused          | `store::engine`     | `Relations` (idem.keys), and a promotion |
-//! | tenant grant answers, grants' OIDs      | `sql_api::tenants`  | `TenantGrants`, `Roles`          |
-//! | result row descriptors                  | `pg::datum`         | `Functions`: any pg_proc change  |
-//! | prepared SPI plans                      | `pg::sql`           | nothing: PostgreSQL's plan cache revalidates them |
-//! | the row this backend last wrote         | `store::engine`     | nothing: checked on every use (`Table::fetch_own`) |
-//! | SQL texts of the SPI path               | `store::spi`        | nothing: constant per shape      |
+//! | cache                                   | where                   | stale after                      |
+//! |-----------------------------------------|-------------------------|----------------------------------|
+//! | table layouts (indexes, IndexInfo)      | `pg::heap::layout`      | `Relations`: the table or an index changed |
+//! | engine or SPI path, or refused          | `store::engine::choice` | `Relations` (idem.keys), and a promotion |
+//! | tenant grant answers, grants' OIDs      | `sql_api::tenants`      | `TenantGrants`, `Roles`          |
+//! | result row descriptors                  | `pg::datum`             | `Functions`: any pg_proc change  |
+//! | prepared SPI plans                      | `pg::sql`               | nothing: PostgreSQL's plan cache revalidates them |
+//! | the row this backend last wrote         | `store::engine::rows`   | nothing: checked on every use (`Table::fetch_own`) |
+//! | SQL texts of the SPI path               | `store::spi`            | nothing: constant per shape      |
 //!
 //! A cache reads `generation(d)` when it fills an entry and trusts the entry only while it has
 //! not moved; the counters only ever grow. PostgreSQL delivers invalidations when a transaction
