@@ -6,6 +6,8 @@ edition against the hand-written patterns, the same on a busy machine as on a qu
     python3 bench/sql_edition_instructions.py --pg 17
     python3 bench/sql_edition_instructions.py --pg 17 --variant opt=/tmp/pg_idem--0.5.0.sql --n 300
     python3 bench/sql_edition_instructions.py --smoke     # the test command: consume only, 10 transactions
+    python3 bench/sql_edition_instructions.py --pg 15 --native --n 300   # and the native edition
+    python3 bench/sql_edition_instructions.py --pg 15 --guard bench/report/native-instructions.json
 
 TPS on a shared 2-core VM moves by 20% from one minute to the next; a change of a few percent
 in what a call costs is lost in it. A count of instructions is not: it is what the backend
@@ -24,11 +26,21 @@ instructions, start-up and warm-up left out. synchronous_commit is off (no instr
 a wait). Single-user mode parses each line (EXECUTE of a prepared statement: the same small
 cost for every side) and prints the rows it returns. consume_many: 100 messages per transaction,
 N / 10 transactions. Takes about 3 minutes.
+
+--native adds database `native` (CREATE EXTENSION pg_idem, as installed), counted with
+shared_preload_libraries = 'pg_idem' as the README recommends. --guard FILE counts the native
+edition's paths FILE names and fails when one costs more than FILE's tolerance above its count
+there: the native edition's regression guard (the test command runs it on the build it installs;
+--write-guard FILE writes FILE from this run). A count depends on the build (a debug build
+executes several times a release build's instructions) and on the PostgreSQL version, so FILE
+says which it was measured with and the guard refuses another.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import re
 import shlex
@@ -36,6 +48,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -126,7 +139,8 @@ def _prologue(scenario: str, edition: bool) -> str:
             + " RESTART IDENTITY;\n")
 
 
-def count(datadir: str, db: str, scenario: str, n: int, edition: bool, workdir: str) -> tuple[int, list[str]]:
+def count(datadir: str, db: str, scenario: str, n: int, edition: bool, workdir: str,
+          preload: bool = False) -> tuple[int, list[str]]:
     """Instructions of one single-user backend running 50 + n transactions of `scenario`."""
     prep, line = SCENARIOS[scenario]
     body = "".join(line.format(t=f"t{i % 100 + 1}", k=f"{scenario}-{n}-{i}", i=i, j=i % POOL + 1)
@@ -137,7 +151,9 @@ def count(datadir: str, db: str, scenario: str, n: int, edition: bool, workdir: 
     bindir = os.environ.get("PG_BINDIR") or subprocess.run(
         ["bash", "-c", f"source {shlex.quote(str(PG_SH))}; echo $PG_BINDIR"], capture_output=True, text=True).stdout.strip()
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", f"{bindir}/postgres", "--single",
-           "-D", datadir, "-c", "synchronous_commit=off", "-c", "jit=off", db]
+           "-D", datadir, "-c", "synchronous_commit=off", "-c", "jit=off"]
+    # the native edition as the README runs it; nothing of pg_idem loaded for the other databases
+    cmd += ["-c", "shared_preload_libraries=pg_idem", db] if preload else [db]
     if os.geteuid() == 0:
         cmd = ["runuser", "-u", "postgres", "--"] + cmd
     with open(script) as stdin:
@@ -154,6 +170,48 @@ def count(datadir: str, db: str, scenario: str, n: int, edition: bool, workdir: 
     return int(m.group(1)), errors
 
 
+def library_sha256() -> str:
+    """The installed pg_idem library's SHA-256: which build the native counts are of."""
+    libdir = subprocess.run(["bash", "-c", f"source {shlex.quote(str(PG_SH))}; \"$PG_BINDIR/pg_config\" --pkglibdir"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    return hashlib.sha256(Path(libdir, "pg_idem.so").read_bytes()).hexdigest()
+
+
+def write_guard(path: Path, native: dict, args, major: str, library: str) -> None:
+    path.write_text(json.dumps({
+        "what": "k server instructions per transaction of the native edition (bench/sql_edition_instructions.py)",
+        "measured": time.strftime("%Y-%m-%d"),
+        "command": "python3 bench/sql_edition_instructions.py --pg {} --n {} --groups {} --write-guard {}".format(
+            major, args.n, args.groups or "fresh,consume,consume_many,replay", path),
+        "postgresql": major,
+        "build": args.build,
+        "library_sha256": library,
+        "transactions": args.n,
+        "groups": sorted({g.split()[0].rstrip(",") for g, _, e in PAIRS if e in native}),
+        "tolerance": 0.02,
+        "k_instructions": {k: round(v, 1) for k, v in native.items()},
+    }, indent=2) + "\n")
+    print(f"\nwrote {path}")
+
+
+def check_guard(guard: dict, native: dict, major: str, library: str) -> int:
+    """0 when every native count is within the guard's tolerance of its own, else 1."""
+    print(f"\nnative guard ({guard['build']} build sha256 {guard['library_sha256'][:12]}, measured "
+          f"{guard['measured']}, tolerance {guard['tolerance']:.0%}; this library sha256 {library[:12]}):")
+    worse = []
+    for scenario, then in guard["k_instructions"].items():
+        now = native[scenario]
+        ratio = now / then
+        print(f"  {scenario}: {now:,.1f}k now, {then:,.1f}k then ({ratio:.3f}x)")
+        if ratio > 1 + guard["tolerance"]:
+            worse.append(scenario)
+    if worse:
+        print(f"error: the native edition executes more instructions than the guard allows: {', '.join(worse)}"
+              f" (if that is the price of a change, say so and measure again with --write-guard)", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pg")
@@ -162,9 +220,20 @@ def main(argv=None) -> int:
     p.add_argument("--variant", action="append", default=[], metavar="LABEL=FILE")
     p.add_argument("--groups", help="only these groups, comma-separated (fresh, consume, consume_many, replay)")
     p.add_argument("--smoke", action="store_true", help="the test command's run: --n 10 --groups consume")
+    p.add_argument("--native", action="store_true", help="count the native edition too (database native)")
+    p.add_argument("--guard", metavar="FILE", help="fail when a native count exceeds FILE's by its tolerance")
+    p.add_argument("--write-guard", metavar="FILE", help="write the native counts of this run to FILE")
+    p.add_argument("--build", default="debug", help="what --write-guard records the build as (default debug)")
     args = p.parse_args(argv)
     if args.smoke:
         args.n, args.groups = 10, "consume"
+    guard = json.loads(Path(args.guard).read_text()) if args.guard else None
+    if guard:
+        args.native = True
+        # the guard's own paths and number of transactions: counts are only compared like for like
+        args.n, args.groups = guard["transactions"], ",".join(guard["groups"])
+    if args.write_guard:
+        args.native = True
     pairs = PAIRS
     if args.groups:
         wanted = {g.strip() for g in args.groups.split(",") if g.strip()}
@@ -183,10 +252,15 @@ def main(argv=None) -> int:
     server = Server(["jit = off"])
     dbs = {}
     try:
-        path = Path(args.sql_file).resolve() if args.sql_file else generate_sql_edition(workdir)
+        path = None if guard else Path(args.sql_file).resolve() if args.sql_file else generate_sql_edition(workdir)
         files = [("sqled", path)] + [(f"sqled_{v.partition('=')[0].lower()}", Path(v.partition('=')[2]).resolve())
                                      for v in args.variant]
+        if guard:   # the native edition alone
+            files = []
         server.start()
+        major = server.value("SHOW server_version_num")[:-4]
+        if guard and major != guard["postgresql"]:
+            raise BenchError(f"the guard was measured on PostgreSQL {guard['postgresql']}, this is {major}")
         server.execute("CREATE DATABASE hand;")
         on_db(server, "hand").execute(bench_schema(native=False))
         for db, f in files:
@@ -194,6 +268,11 @@ def main(argv=None) -> int:
             install_sql_edition(on_db(server, db), f)
             on_db(server, db).execute(bench_schema(native=False))
             dbs[db] = file_info(f)
+        if args.native:
+            server.execute("CREATE DATABASE native;")
+            on_db(server, "native").execute(bench_schema(native=True))
+            version = on_db(server, "native").value("SELECT extversion FROM pg_extension WHERE extname = 'pg_idem'")
+            dbs["native"] = {"path": f"pg_idem {version} as installed", "sha256": library_sha256()}
         # single-user mode needs the server stopped: stop it, keep its data directory
         subprocess.run(["bash", "-c", f"source {shlex.quote(str(PG_SH))}; pg_run \"$PG_BINDIR/pg_ctl\" -D "
                         f"{shlex.quote(server.dir)}/data -m fast -w stop"], check=True, capture_output=True)
@@ -201,16 +280,20 @@ def main(argv=None) -> int:
         print(f"k instructions per transaction of the server (callgrind, {args.n} transactions after 50):\n")
         results = {}
         for group, hand, edition in pairs:
-            todo = [("hand", hand, False)] + ([(db, edition, True) for db in dbs] if edition else [])
+            todo = ([] if guard else [("hand", hand, False)]) + ([(db, edition, True) for db in dbs] if edition else [])
             for db, sc, is_edition in todo:
                 if (db, sc) in results:
                     continue
                 n = max(10, args.n // 10) if sc.endswith("_batch") else args.n   # 100 messages each
-                a, _ = count(f"{server.dir}/data", db, sc, 0, is_edition, workdir)
-                b, errors = count(f"{server.dir}/data", db, sc, n, is_edition, workdir)
+                preload = db == "native"
+                a, _ = count(f"{server.dir}/data", db, sc, 0, is_edition, workdir, preload)
+                b, errors = count(f"{server.dir}/data", db, sc, n, is_edition, workdir, preload)
                 if errors:
                     raise BenchError(f"{db}/{sc}: {errors[:3]}")
                 results[(db, sc)] = (b - a) / n / 1000
+        native = {edition: results[("native", edition)] for _, _, edition in pairs if edition and args.native}
+        if guard:
+            return check_guard(guard, native, major, dbs["native"]["sha256"])
         header = "| group | hand-written | " + " | ".join(dbs) + " |"
         print(header)
         print("|---|---:|" + "---:|" * len(dbs))
@@ -223,6 +306,8 @@ def main(argv=None) -> int:
                 print(f"| {group} (`{hand}`) | {h_txt} | " + " | ".join(cells) + " |")
                 continue
             print(f"| {group} (`{hand}`{' / `' + edition + '`' if edition else ''}) | {h:,.0f} | " + " | ".join(cells) + " |")
+        if args.write_guard:
+            write_guard(Path(args.write_guard), native, args, major, dbs["native"]["sha256"])
         return 0
     except (BenchError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -356,8 +356,14 @@ for major in "${versions[@]}"; do
         fi
         if command -v valgrind >/dev/null; then
             step bench-sql-edition-instructions-smoke with_pg 15 python3 bench/sql_edition_instructions.py --smoke
+            # the native edition's regression guard: its server instructions per transaction
+            # (fresh, consume, replay) on the debug build installed above, within 2% of the
+            # counts in the guard file (bench/README.md, "The native edition's guard")
+            step bench-native-instructions-guard with_pg 15 python3 bench/sql_edition_instructions.py \
+                --guard bench/report/native-instructions-pg15-debug.json
         else
             step bench-sql-edition-instructions-smoke skip_step "valgrind is not installed"
+            step bench-native-instructions-guard skip_step "valgrind is not installed"
         fi
         step bench-breakdown-smoke with_pg 15 bash bench/breakdown.sh 1 replay consume
         step bench-statement-times-smoke with_pg 15 python3 bench/statement_times.py --smoke
