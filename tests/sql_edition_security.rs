@@ -35,10 +35,14 @@ fn connect(server: &Server, role: &str, db: &str) -> Client {
 }
 
 fn connect_with(server: &Server, role: &str, db: &str, statement_timeout: &str) -> Client {
+    connect_to_port(server.port, role, db, statement_timeout)
+}
+
+/// connect_with by the server's port, for a thread of its own.
+fn connect_to_port(port: u16, role: &str, db: &str, statement_timeout: &str) -> Client {
     let conninfo = format!(
-        "host=127.0.0.1 port={} user={role} dbname={db} connect_timeout=10 \
-         options='-c statement_timeout={statement_timeout}'",
-        server.port
+        "host=127.0.0.1 port={port} user={role} dbname={db} connect_timeout=10 \
+         options='-c statement_timeout={statement_timeout}'"
     );
     Client::connect(&conninfo, NoTls).unwrap_or_else(|e| panic!("connect as {role} to {db}: {e}"))
 }
@@ -1452,6 +1456,29 @@ fn take_lock(db: &mut Client, id: &str) {
     one(db, &format!("SELECT pg_advisory_lock({id})"));
 }
 
+/// A server with roles bank_app (granted tenant bank, tenant grants on) and mallory (no grant),
+/// and bank's connection, whose claim of `key` (fence in my.old) has a lease that has passed.
+fn bank_with_an_expired_claim(key: &str) -> (Server, Client) {
+    let server = plain(&[]);
+    server
+        .client()
+        .batch_execute("CREATE ROLE bank_app LOGIN; CREATE ROLE mallory LOGIN")
+        .unwrap();
+    grant(&server, "bank_app", "bank");
+    tenant_grants_on(&server);
+    let mut bank = connect_with(&server, "bank_app", "postgres", "5s");
+    assert_eq!(
+        claim_into(
+            &mut bank,
+            "old",
+            &format!("idem_claim('bank', '{key}', 'h', '1 millisecond')")
+        ),
+        "claimed"
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    (server, bank)
+}
+
 /// The SQL edition's key locks are in the advisory lock space of pg_advisory_lock(bigint),
 /// which every role may call; natively pg_idem's key locks live in a space no SQL function can
 /// produce (src/pg/locks.rs). So the SQL edition's lock ids are keyed with a secret only
@@ -1461,24 +1488,8 @@ fn take_lock(db: &mut Client, id: &str) {
 /// makes nobody wait for it.
 #[test]
 fn another_roles_advisory_lock_holds_no_key() {
-    let server = plain(&[]);
-    server
-        .client()
-        .batch_execute("CREATE ROLE bank_app LOGIN; CREATE ROLE mallory LOGIN")
-        .unwrap();
-    grant(&server, "bank_app", "bank");
-    tenant_grants_on(&server);
-    let mut bank = connect_with(&server, "bank_app", "postgres", "5s");
     // order-1: an attempt whose lease has passed
-    assert_eq!(
-        claim_into(
-            &mut bank,
-            "old",
-            "idem_claim('bank', 'order-1', 'h', '1 millisecond')"
-        ),
-        "claimed"
-    );
-    std::thread::sleep(Duration::from_millis(20));
+    let (server, mut bank) = bank_with_an_expired_claim("order-1");
     let mut mallory = connect(&server, "mallory", "postgres");
     for key in ["order-1", "message-1", "message-2", "order-9", "order-new"] {
         take_lock(&mut mallory, &public_lock_id("bank", key));
@@ -1570,14 +1581,7 @@ fn another_roles_advisory_lock_holds_no_key() {
     let fence_of_order_2 = one(&mut holder, "SELECT pg_catalog.current_setting('my.f')");
     let port = server.port;
     let snooper = std::thread::spawn(move || {
-        let mut mallory = Client::connect(
-            &format!(
-                "host=127.0.0.1 port={port} user=mallory dbname=postgres \
-                 options='-c statement_timeout=20s'"
-            ),
-            NoTls,
-        )
-        .unwrap();
+        let mut mallory = connect_to_port(port, "mallory", "postgres", "20s");
         // whatever pg_idem locks with pg_advisory_xact_lock(bigint) shows as objsubid 1
         let taken = one(
             &mut mallory,
@@ -1617,24 +1621,8 @@ fn another_roles_advisory_lock_holds_no_key() {
 /// while another role holds its lock.
 #[test]
 fn a_claim_holds_its_key_by_its_row_when_another_role_holds_the_lock() {
-    let server = plain(&[]);
-    server
-        .client()
-        .batch_execute("CREATE ROLE bank_app LOGIN; CREATE ROLE mallory LOGIN")
-        .unwrap();
-    grant(&server, "bank_app", "bank");
-    tenant_grants_on(&server);
-    let mut bank = connect_with(&server, "bank_app", "postgres", "5s");
     // order-4: a claim whose lease has passed, for a takeover
-    assert_eq!(
-        claim_into(
-            &mut bank,
-            "old",
-            "idem_claim('bank', 'order-4', 'h', '1 millisecond')"
-        ),
-        "claimed"
-    );
-    std::thread::sleep(Duration::from_millis(20));
+    let (server, mut bank) = bank_with_an_expired_claim("order-4");
     let mut mallory = connect(&server, "mallory", "postgres");
     for key in ["order-4", "order-new"] {
         take_lock(&mut mallory, &seen_lock_id(&server, "bank", key));
@@ -1663,11 +1651,7 @@ fn a_claim_holds_its_key_by_its_row_when_another_role_holds_the_lock() {
     let port = server.port;
     let stale_fence = one(&mut bank, &format!("SELECT {}", fence("old")));
     let stale = std::thread::spawn(move || {
-        let mut bank = Client::connect(
-            &format!("host=127.0.0.1 port={port} user=bank_app dbname=postgres"),
-            NoTls,
-        )
-        .unwrap();
+        let mut bank = connect_to_port(port, "bank_app", "postgres", "60s");
         let started = Instant::now();
         let answer = ask(
             &mut bank,
@@ -1709,11 +1693,7 @@ fn a_claim_holds_its_key_by_its_row_when_another_role_holds_the_lock() {
         "claimed"
     );
     let forget = std::thread::spawn(move || {
-        let mut bank = Client::connect(
-            &format!("host=127.0.0.1 port={port} user=bank_app dbname=postgres"),
-            NoTls,
-        )
-        .unwrap();
+        let mut bank = connect_to_port(port, "bank_app", "postgres", "60s");
         let started = Instant::now();
         let forgotten = one(&mut bank, "SELECT idem_forget('bank', 'order-5')::text");
         (forgotten, started.elapsed())
