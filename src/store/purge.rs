@@ -3,12 +3,13 @@
 //! that locks its candidates FOR UPDATE SKIP LOCKED, so that it never waits for a key another
 //! transaction holds: SQL only the executor runs, so the purge always goes through SPI, whichever
 //! back-end (`engine` or `spi`) serves the calls. It is a module of its own, apart from the SPI
-//! key store (`spi`), as it shares none of that store's statements.
+//! key store (`spi`), as it shares none of that store's statements, and it opens its own SPI
+//! connection: its callers need none.
 
 use pgrx::datum::DatumWithOid;
 
 use crate::pg::cluster;
-use crate::pg::sql::{first_row, get_i64, timestamptz_arg, Client};
+use crate::pg::sql::{first_row, get_i64, timestamptz_arg, with_client, Client};
 use crate::pg::time::Micros;
 use crate::rules::key_row::in_sql;
 
@@ -95,8 +96,18 @@ pub enum Tenants<'a> {
 /// One purge batch in the caller's transaction: looks at up to `limit` keys whose purge_after
 /// has passed, from `cursor` on, skipping any row another transaction has locked, deletes the
 /// purgeable ones and re-arms the rest. The work is bounded by `limit`, however large the
-/// backlog.
+/// backlog. Opens its own SPI connection.
 pub fn purge_batch(
+    now: Micros,
+    limit: i64,
+    cursor: PurgeCursor,
+    tenants: Tenants<'_>,
+) -> PurgeBatch {
+    with_client(|client| one_batch(client, now, limit, cursor, tenants))
+}
+
+/// `purge_batch` through `client`.
+fn one_batch(
     client: &Client<'_, '_>,
     now: Micros,
     limit: i64,
@@ -163,28 +174,26 @@ pub fn purge_batch(
 /// of rows deleted by an earlier batch cannot be marked dead, so every batch would walk again
 /// over all of them wherever purge_after values tie (keys claimed in one transaction share their
 /// clock): quadratic. A second statement runs only when the first re-armed some of the rows it
-/// looked at instead of deleting them, and continues after them.
-pub fn purge(
-    client: &Client<'_, '_>,
-    now: Micros,
-    max_rows: Option<i64>,
-    tenants: Tenants<'_>,
-) -> i64 {
-    let mut deleted = 0;
-    let mut cursor = PurgeCursor::start();
-    loop {
-        let limit = match max_rows {
-            Some(max) if max - deleted <= 0 => return deleted,
-            Some(max) => max - deleted,
-            None => i64::MAX,
-        };
-        let batch = purge_batch(client, now, limit, cursor, tenants);
-        deleted += batch.deleted;
-        cursor = batch.cursor;
-        if !batch.more {
-            return deleted;
+/// looked at instead of deleting them, and continues after them. Opens its own SPI connection,
+/// one for all its statements.
+pub fn purge(now: Micros, max_rows: Option<i64>, tenants: Tenants<'_>) -> i64 {
+    with_client(|client| {
+        let mut deleted = 0;
+        let mut cursor = PurgeCursor::start();
+        loop {
+            let limit = match max_rows {
+                Some(max) if max - deleted <= 0 => return deleted,
+                Some(max) => max - deleted,
+                None => i64::MAX,
+            };
+            let batch = one_batch(client, now, limit, cursor, tenants);
+            deleted += batch.deleted;
+            cursor = batch.cursor;
+            if !batch.more {
+                return deleted;
+            }
         }
-    }
+    })
 }
 
 #[cfg(any(test, feature = "pg_test"))]
