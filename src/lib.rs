@@ -18,7 +18,8 @@
 //! - `store`: the key store, every read and write of idem.keys, by one of two back-ends:
 //!   `store::engine` (table and index access methods, the default) and `store::spi` (SQL through
 //!   the executor: Citus, a hot standby, an idem.keys a DBA extended); `store::definition` (what
-//!   idem.keys must be for either to touch it), `store::fences` (drawing fences), and the purge.
+//!   idem.keys must be for either to touch it), `store::fences` (drawing fences), and the purge
+//!   (`store::purge`, always SQL through SPI).
 //! - `rules`: what the store does, as pure decisions both back-ends apply: what a claim, a
 //!   consume and a fenced call answer for the row they find (`rules::claims`, `rules::consumes`,
 //!   `rules::fenced`), and what each writes, column by column (`rules::row_write`); the key's

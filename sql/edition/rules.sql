@@ -866,7 +866,7 @@ AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------------
--- The purge (src/store/spi.rs's purge_batch_sql)
+-- The purge (src/store/purge.rs's purge_batch_sql)
 -- ---------------------------------------------------------------------------------------------
 
 -- One batch: locks up to `batch` keys whose purge_after has passed (SKIP LOCKED: never waits),

@@ -14,6 +14,7 @@
 //! | prepared SPI plans                      | `pg::sql`               | nothing: PostgreSQL's plan cache revalidates them |
 //! | the row this backend last wrote         | `store::engine::rows`   | nothing: checked on every use (`Table::fetch_own`) |
 //! | SQL texts of the SPI path               | `store::spi`            | nothing: constant per shape      |
+//! | SQL text of the purge's batch           | `store::purge`          | nothing: constant                |
 //!
 //! A cache reads `generation(d)` when it fills an entry and trusts the entry only while it has
 //! not moved; the counters only ever grow. PostgreSQL delivers invalidations when a transaction

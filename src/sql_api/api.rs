@@ -155,13 +155,11 @@ fn idem_purge(max_rows: Option<i32>) -> i64 {
     let limit = max_rows.map(i64::from);
     // with tenant grants on, a role purges (and so locks) only its own tenants' keys
     let own_tenants = tenants::purgeable_tenants();
-    let deleted = crate::pg::sql::with_client(|client| {
-        let scope = match &own_tenants {
-            None => store::Tenants::Every,
-            Some(own) => store::Tenants::Only(own),
-        };
-        store::purge(client, now, limit, scope)
-    });
+    let scope = match &own_tenants {
+        None => store::Tenants::Every,
+        Some(own) => store::Tenants::Only(own),
+    };
+    let deleted = store::purge(now, limit, scope);
     stats::record_purged(deleted);
     // on a Citus coordinator, the shards on the worker nodes too (their counters count them)
     // (not for a role limited to its own tenants: the nodes' purge workers purge theirs)

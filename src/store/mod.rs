@@ -8,8 +8,8 @@
 //! extended with columns, defaults, triggers, rules or other indexes). `definition` says what
 //! idem.keys must be for either back-end to touch it at all: a change to pg_idem's own columns
 //! refuses every call. `with_store` picks one for the call; each operation is a method of
-//! `Store` that hands the same arguments to the back-end's function. The purge always takes
-//! the SPI path.
+//! `Store` that hands the same arguments to the back-end's function. The purge (`purge`)
+//! always runs SQL through SPI, whichever back-end serves the calls.
 //!
 //! Every time comparison uses the clock value the caller passes in (`now`), read once per call.
 
@@ -27,9 +27,10 @@ use crate::rules::{
 mod definition;
 mod engine;
 pub mod fences;
+mod purge;
 mod spi;
 
-pub use spi::{purge, purge_batch, PurgeCursor, Tenants};
+pub use purge::{purge, purge_batch, PurgeCursor, Tenants};
 
 fn snapshot_per_transaction() -> bool {
     // SAFETY: reads the current transaction's isolation level, set for the whole transaction.

@@ -184,10 +184,8 @@ fn purge_pass(state: &mut StateWriter, database: &str) -> bool {
             break;
         }
         let done = BackgroundWorker::transaction(|| {
-            crate::pg::sql::with_client(|client| {
-                let now = crate::pg::time::clock();
-                store::purge_batch(client, now, batch, cursor, store::Tenants::Every)
-            })
+            let now = crate::pg::time::clock();
+            store::purge_batch(now, batch, cursor, store::Tenants::Every)
         });
         crate::stats::record_purged(done.deleted);
         // the rows it deleted count towards autovacuum and pg_stat_user_tables from now on
