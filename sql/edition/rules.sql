@@ -364,13 +364,22 @@ AS $$
         'This is a bug in pg_idem; please report it with the statement that caused it.')
 $$;
 
+-- A duration in microseconds as an interval: the one conversion of a lease or a ttl (the native
+-- edition's Micros) to what timestamptz arithmetic and idem.keys.ttl take. Inlined where it is
+-- called (an IMMUTABLE body around make_interval, which is IMMUTABLE).
+CREATE FUNCTION idem.us_interval(duration_us bigint) RETURNS interval
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT pg_catalog.make_interval(secs => duration_us::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000)
+$$;
+
 -- `at` plus a duration in microseconds: the one way a lease or a ttl is added to a time.
 CREATE FUNCTION idem.after(at timestamptz, duration_us bigint) RETURNS timestamptz
 -- STABLE, as timestamptz + interval is: a function declared IMMUTABLE around a STABLE body is
 -- never inlined, and from PL/pgSQL it is then parsed and planned in every transaction
 LANGUAGE sql STABLE
 AS $$
-    SELECT at OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => duration_us::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000)
+    SELECT at OPERATOR(pg_catalog.+) idem.us_interval(duration_us)
 $$;
 
 -- Whether this transaction holds the key's lock already (it claimed the key, or proved its
@@ -565,7 +574,7 @@ BEGIN
                                         lease_expires_at, expires_at, purge_after, ttl)
             VALUES (claim.tenant, claim.key, new_fence, new_attempt, 'p', claim.request_hash, now, lease_at,
                     GREATEST(purge_at, lease_at), purge_at,
-                    pg_catalog.make_interval(secs => ttl_us::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000))
+                    idem.us_interval(ttl_us))
             ON CONFLICT (tenant, key) DO NOTHING
             RETURNING k.checkpoint_phase, k.checkpoint_data INTO phase, data;
         ELSE
@@ -574,7 +583,7 @@ BEGIN
                    request_hash = claim.request_hash, claimed_at = now, lease_expires_at = lease_at,
                    expires_at = GREATEST(purge_at, lease_at),
                    purge_after = LEAST(k.purge_after, purge_at),
-                   ttl = pg_catalog.make_interval(secs => ttl_us::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000),
+                   ttl = idem.us_interval(ttl_us),
                    response_code = NULL, response_body = NULL,
                    -- only a takeover hands the last checkpoint on
                    checkpoint_phase = CASE WHEN takeover THEN k.checkpoint_phase END,
@@ -605,7 +614,7 @@ CREATE FUNCTION idem.is_stale_uuidv7(key text, ttl_us bigint, now timestamptz) R
 LANGUAGE sql STABLE
 AS $$
     SELECT COALESCE(pg_catalog.to_timestamp(idem.uuid_v7_unix_ms(key)::pg_catalog.float8 OPERATOR(pg_catalog./) 1000)
-               OPERATOR(pg_catalog.<) (now OPERATOR(pg_catalog.-) pg_catalog.make_interval(secs => ttl_us::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000)),
+               OPERATOR(pg_catalog.<) (now OPERATOR(pg_catalog.-) idem.us_interval(ttl_us)),
            false)
 $$;
 
