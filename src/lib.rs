@@ -6,8 +6,7 @@
 //! - `sql_api`: the SQL functions, one module per `sql/*.sql` file that declares them (`api`,
 //!   `extras`, `consumers`, `streams`, `tenants`), the argument checks (`args`), and what every
 //!   function that claims or acts under a fence shares (`calls`: the request built once, the
-//!   outcome counted and shaped once). `tenants` is also the access check every function makes
-//!   before it touches a key.
+//!   outcome counted and shaped once).
 //! - `stats`: counters in shared memory (`counters`), as SQL shows them (`counts`), a node's and
 //!   the Citus cluster's numbers (`cluster`), and the statistics functions (`functions`;
 //!   sql/stats.sql); `worker`: the purge launcher (`launcher`) and workers (`purge`), their
@@ -15,6 +14,9 @@
 //!   worker's state (`slots`), and `idem_purge_status()` (`status`; sql/worker.sql). Both sit
 //!   beside `sql_api`: the SQL functions record events in `stats`, the worker purges through
 //!   `store`.
+//! - `tenants`: tenants as an access boundary (pg_idem.tenant_grants): the access check every SQL
+//!   function makes before it touches a key, its per-backend cache of answers, and the tenants a
+//!   restricted role may purge (`tenants::access`). `sql_api` uses it; the store does not.
 //! - `store`: the key store, every read and write of idem.keys, by one of two back-ends:
 //!   `store::engine` (table and index access methods, the default) and `store::spi` (SQL through
 //!   the executor: Citus, a hot standby, an idem.keys a DBA extended); `store::definition` (what
@@ -46,6 +48,7 @@ mod rules;
 mod sql_api;
 mod stats;
 mod store;
+mod tenants;
 mod worker;
 
 use pg::{guc, preload};

@@ -207,7 +207,7 @@ AS $$
 $$;
 
 -- ---------------------------------------------------------------------------------------------
--- Tenants as an access boundary (src/sql_api/tenants.rs)
+-- Tenants as an access boundary (src/tenants/access.rs)
 -- ---------------------------------------------------------------------------------------------
 
 -- Whom a tenant check asks about: the role the session acts as (SET ROLE's, else the session

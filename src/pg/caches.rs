@@ -9,7 +9,7 @@
 //! |-----------------------------------------|-------------------------|----------------------------------|
 //! | table layouts (indexes, IndexInfo)      | `pg::heap::layout`      | `Relations`: the table or an index changed |
 //! | engine or SPI path, or refused          | `store::engine::choice` | `Relations` (idem.keys), and a promotion |
-//! | tenant grant answers, grants' OIDs      | `sql_api::tenants`      | `TenantGrants`, `Roles`          |
+//! | tenant grant answers, grants' OIDs      | `tenants::access`       | `TenantGrants`, `Roles`          |
 //! | result row descriptors                  | `pg::datum`             | `Functions`: any pg_proc change  |
 //! | prepared SPI plans                      | `pg::sql`               | nothing: PostgreSQL's plan cache revalidates them |
 //! | the row this backend last wrote         | `store::engine::rows`   | nothing: checked on every use (`Table::fetch_own`) |
@@ -36,8 +36,8 @@ pub enum Depends {
     /// EXTENSION). A reset of the whole relcache counts too.
     Relations,
     /// idem.tenant_grants or its primary key (any write to the grants committed: the table's
-    /// statement trigger sends a relcache invalidation of it, `tenants`; DROP EXTENSION,
-    /// REINDEX, ALTER TABLE ... ENABLE TRIGGER after a restore that disabled them).
+    /// statement trigger sends a relcache invalidation of it, `sql_api::tenants`; DROP
+    /// EXTENSION, REINDEX, ALTER TABLE ... ENABLE TRIGGER after a restore that disabled them).
     TenantGrants,
     /// Role memberships and roles (GRANT/REVOKE role, ALTER ROLE ... [NO]INHERIT, DROP ROLE).
     Roles,

@@ -17,9 +17,9 @@ use crate::sql_api::args::{self, check};
 use crate::sql_api::calls::{
     claim_request, count_outcome, fenced_target, lease_and_ttl, under_fence, ClaimRow,
 };
-use crate::sql_api::tenants;
 use crate::stats::{self, Tally};
 use crate::store;
+use crate::tenants;
 
 #[pg_extern(sql = false)]
 fn idem_claim(

@@ -13,9 +13,9 @@ use crate::pg::time::timestamptz;
 use crate::rules::fenced::FencedTimes;
 use crate::rules::{ClaimOutcome, ClaimRequest, Fenced, FencedChange, Refused, State};
 use crate::sql_api::args::{self, check};
-use crate::sql_api::tenants;
 use crate::stats::{self, Event, Tally};
 use crate::store;
+use crate::tenants;
 
 /// lease and ttl of a claim in microseconds, from the arguments or the settings.
 pub fn lease_and_ttl(lease: Option<Interval>, ttl: Option<Interval>) -> (i64, i64) {

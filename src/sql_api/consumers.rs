@@ -19,9 +19,9 @@ use crate::pg::time::{clock, timestamptz};
 use crate::rules::{ConsumeRequest, Consumed, Fenced, FencedChange, State};
 use crate::sql_api::args::{self, check};
 use crate::sql_api::calls::{fenced_target, unless_refused};
-use crate::sql_api::tenants;
 use crate::stats::{self, Event, Tally};
 use crate::store;
+use crate::tenants;
 
 /// Counts what a consume found.
 /// Counts what a consume found.

@@ -13,9 +13,9 @@ use crate::sql_api::args::{self, check};
 use crate::sql_api::calls::{
     claim_request, count_outcome, fenced_target, lease_and_ttl, under_fence, ClaimRow,
 };
-use crate::sql_api::tenants;
 use crate::stats::Tally;
 use crate::store;
+use crate::tenants;
 
 /// The keys and request hashes of a batch, checked: same length, no NULLs, within the limit.
 /// The elements are borrowed from the arrays (PostgreSQL memory), never copied: the count is

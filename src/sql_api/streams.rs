@@ -37,7 +37,7 @@ fn seq_arg(seq: Option<i64>, argument: &str) -> i64 {
 
 fn stream_args<'a>(tenant: Option<&'a str>, stream: Option<&'a str>) -> (&'a str, &'a str) {
     let (tenant, stream) = check(args::tenant_and_key(tenant, stream, "stream"));
-    crate::sql_api::tenants::check_access(tenant);
+    crate::tenants::check_access(tenant);
     (tenant, stream)
 }
 

@@ -1,4 +1,4 @@
-//! The scan only the tenant cache uses (`sql_api::tenants`): rows of the latest committed state
+//! The scan only the tenant cache uses (`tenants::access`): rows of the latest committed state
 //! whose text column equals a key, read without a `Table` or its layout. Apart from the engine's
 //! tuple reads and writes, with which it shares only the scan key (`text_equals`).
 
