@@ -39,7 +39,6 @@ says which it was measured with and the guard refuses another.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -170,11 +169,11 @@ def count(datadir: str, db: str, scenario: str, n: int, edition: bool, workdir: 
     return int(m.group(1)), errors
 
 
-def library_sha256() -> str:
-    """The installed pg_idem library's SHA-256: which build the native counts are of."""
+def installed_library() -> Path:
+    """The installed pg_idem library: which build the native counts are of."""
     libdir = subprocess.run(["bash", "-c", f"source {shlex.quote(str(PG_SH))}; \"$PG_BINDIR/pg_config\" --pkglibdir"],
                             capture_output=True, text=True, check=True).stdout.strip()
-    return hashlib.sha256(Path(libdir, "pg_idem.so").read_bytes()).hexdigest()
+    return Path(libdir, "pg_idem.so")
 
 
 def write_guard(path: Path, native: dict, args, major: str, library: str) -> None:
@@ -271,8 +270,7 @@ def main(argv=None) -> int:
         if args.native:
             server.execute("CREATE DATABASE native;")
             on_db(server, "native").execute(bench_schema(native=True))
-            version = on_db(server, "native").value("SELECT extversion FROM pg_extension WHERE extname = 'pg_idem'")
-            dbs["native"] = {"path": f"pg_idem {version} as installed", "sha256": library_sha256()}
+            dbs["native"] = file_info(installed_library())
         # single-user mode needs the server stopped: stop it, keep its data directory
         subprocess.run(["bash", "-c", f"source {shlex.quote(str(PG_SH))}; pg_run \"$PG_BINDIR/pg_ctl\" -D "
                         f"{shlex.quote(server.dir)}/data -m fast -w stop"], check=True, capture_output=True)
