@@ -1730,6 +1730,32 @@ fn a_claim_holds_its_key_by_its_row_when_another_role_holds_the_lock() {
     assert_no_crash(&server);
 }
 
+/// A deleted lock secret (idem.key_lock_secret's one row) refuses every call that locks a key,
+/// with 55000, rather than locking with a NULL id, which no lock would hold: every claim would go
+/// on as if it held the key. Red when idem.key_lock_secret_of_session returns NULL.
+#[test]
+fn a_deleted_lock_secret_refuses_the_calls_that_lock() {
+    let server = plain(&[]);
+    connect(&server, ADMIN, "postgres")
+        .batch_execute("DELETE FROM idem.key_lock_secret")
+        .unwrap();
+    let mut db = connect(&server, ADMIN, "postgres");
+    for call in [
+        "SELECT idem_claim('t', 'k', 'h')",
+        "SELECT idem_consume('t', 'm')",
+        "SELECT idem_forget('t', 'k')",
+    ] {
+        let answer = ask(&mut db, call);
+        assert_eq!(answer.code(), Some("55000"), "{call}");
+        assert_eq!(
+            answer.first(),
+            "ERROR 55000: pg_idem: idem.key_lock_secret holds no secret",
+            "{call}"
+        );
+    }
+    assert_no_crash(&server);
+}
+
 /// The workaround of the limit above (docs/editions.md), where a superuser can apply
 /// it: EXECUTE on the functions of pg_advisory_lock(bigint)'s space revoked from PUBLIC and
 /// granted back to pg_idem's owner, whom the SQL edition's functions run as. No other role

@@ -356,11 +356,24 @@ SELECT pg_catalog.decode(pg_catalog.replace(pg_catalog.gen_random_uuid()::pg_cat
 -- The secret, read when a caller's expression is planned (IMMUTABLE: a call without arguments
 -- is folded into the plan, which PL/pgSQL keeps for the session), not at every call. Only
 -- pg_idem's owner can read the table: every caller runs inside its SECURITY DEFINER functions.
+-- Refused when the row is gone: a NULL id would be a lock nobody takes, and every claim would
+-- go on as if it held the key. (PL/pgSQL, whose body is resolved when it runs: raise_error is
+-- created after this file.)
 CREATE FUNCTION idem.key_lock_secret_of_session() RETURNS bytea
 -- STRICT, so that idem.key_lock_id (STRICT) stays inlinable
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 AS $fn$
-SELECT s.secret FROM idem.key_lock_secret AS s
+DECLARE
+    secret bytea;
+BEGIN
+    SELECT s.secret INTO secret FROM idem.key_lock_secret AS s;
+    IF secret IS NULL THEN
+        PERFORM idem.raise_error('55000', 'pg_idem: idem.key_lock_secret holds no secret',
+            'The SQL edition keys every key lock with the secret drawn into idem.key_lock_secret at install; its row was deleted.',
+            'As pg_idem''s owner: INSERT INTO idem.key_lock_secret (secret) SELECT pg_catalog.decode(pg_catalog.replace(pg_catalog.gen_random_uuid()::text || pg_catalog.gen_random_uuid()::text, ''-'', ''''), ''hex''); then reconnect.');
+    END IF;
+    RETURN secret;
+END
 $fn$;
 
 -- A key's lock id: the first 8 bytes of SHA-256(secret, tenant, 0x00, key), big-endian, as the
