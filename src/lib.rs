@@ -24,8 +24,9 @@
 //!   (`store::purge`, always SQL through SPI).
 //! - `rules`: what the store does, as pure decisions both back-ends apply: what a claim, a
 //!   consume and a fenced call answer for the row they find (`rules::claims`, `rules::consumes`,
-//!   `rules::fenced`), and what each writes, column by column (`rules::row_write`); the key's
-//!   times, in Rust and in SQL (`rules::key_row`).
+//!   `rules::fenced`, each around its decision in the crate `pg_idem_rules`, rules/, which has
+//!   no PostgreSQL in it and is tested by a plain `cargo test`), and what each writes, column
+//!   by column (`rules::row_write`); the key's times, in Rust and in SQL (`rules::key_row`).
 //! - `pg`: PostgreSQL integration, no policy: rows through the access methods (`heap`), datums
 //!   and the call's memory (`datum`), SQL as the extension's owner (`sql`, `owner`), advisory
 //!   locks (`locks`), every per-backend cache's invalidation (`caches`), Citus (`cluster`), the

@@ -4,7 +4,10 @@
 use crate::hashing;
 use crate::pg::datum::Jsonb;
 use crate::pg::time::Micros;
-use crate::rules::key_row::{after, Attempt, KeyRow, State};
+pub use pg_idem_rules::CLAIM_ROUNDS;
+use pg_idem_rules::{decide_claim, ClaimDecision};
+
+use crate::rules::key_row::{after, impossible, Attempt, KeyRow, State};
 use crate::rules::row_write::{Column, RowWrite, Value};
 
 pub struct ClaimRequest<'a> {
@@ -115,36 +118,29 @@ pub enum Plan<'m> {
 
 /// What a claim answers for `row`, the key as the claim sees it; `mine`: the row is this
 /// transaction's own attempt (it claimed the key, or proved its fence with a fenced call).
-/// However long that attempt has run past its lease or ttl, a takeover would make its own
-/// fence stale under its feet, so it stays in progress.
+/// The decision is `pg_idem_rules::decide_claim`'s; this hands the row on with the answer.
 pub fn plan<'m>(
     row: Option<KeyRow<'m>>,
     mine: bool,
     request: &ClaimRequest<'_>,
     now: Micros,
 ) -> Plan<'m> {
-    let row = match row {
-        Some(row)
-            if mine
-                && row.state == State::InProgress
-                && row.request_hash == request.request_hash =>
-        {
-            return Plan::Answer(ClaimOutcome::InProgress(Some(row)));
-        }
-        Some(row) if !row.is_expired(now) => row,
-        _ if is_stale_uuidv7(request, now) => return Plan::Answer(ClaimOutcome::StaleKey),
-        _ => return Plan::Claim(Attempt::FIRST),
-    };
-    if row.request_hash != request.request_hash {
-        return Plan::Answer(ClaimOutcome::Mismatch);
-    }
-    match row.state {
-        State::Completed | State::Failed => Plan::Answer(ClaimOutcome::Replay(row)),
-        State::InProgress if row.lease_is_live(now) => {
-            Plan::Answer(ClaimOutcome::InProgress(Some(row)))
-        }
-        State::InProgress => Plan::Claim(Attempt::after(&row)),
-    }
+    let seen = row
+        .as_ref()
+        .map(|row| row.seen(row.request_hash == request.request_hash));
+    let decision = decide_claim(seen.as_ref(), mine, || is_stale_uuidv7(request, now), now);
+    Plan::Answer(match decision {
+        ClaimDecision::Claim(attempt) => return Plan::Claim(attempt),
+        ClaimDecision::Replay => ClaimOutcome::Replay(present(row)),
+        ClaimDecision::InProgress => ClaimOutcome::InProgress(Some(present(row))),
+        ClaimDecision::Mismatch => ClaimOutcome::Mismatch,
+        ClaimDecision::StaleKey => ClaimOutcome::StaleKey,
+    })
+}
+
+/// The row a decision about a present row was made on.
+fn present(row: Option<KeyRow<'_>>) -> KeyRow<'_> {
+    row.unwrap_or_else(|| impossible("a decision about a row that is absent".into()))
 }
 
 fn is_stale_uuidv7(request: &ClaimRequest<'_>, now: Micros) -> bool {
@@ -161,7 +157,3 @@ fn is_stale_uuidv7(request: &ClaimRequest<'_>, now: Micros) -> bool {
         None => false,
     }
 }
-
-/// How many times a claim re-reads the key when a concurrent commit changed it under its feet.
-/// At READ COMMITTED one re-read always settles it; the bound only guards against livelock.
-pub const CLAIM_ROUNDS: usize = 4;

@@ -3,6 +3,8 @@
 
 use crate::errors;
 use crate::pg::time::{timestamptz, Micros};
+use pg_idem_rules::{decide_consume, ConsumeDecision};
+
 use crate::rules::key_row::{after, message_request_hash, Attempt, KeyRow, MessageRows, State};
 use crate::rules::row_write::{Column, RowWrite, Value};
 
@@ -87,36 +89,22 @@ pub enum ConsumePlan {
 }
 
 /// The rule of idem_consume for `row`, the key's latest committed version (or this
-/// transaction's own): an absent or expired key is new; a completed or failed one was
-/// processed; an attempt of idem_claim in progress under a live lease (or this transaction's
-/// own attempt) cannot be decided, so the call fails with 55P03 (the message must not be
-/// acknowledged: it will be redelivered); one whose lease has passed is taken over, as a claim
-/// would: its fence is refused from then on.
+/// transaction's own): `pg_idem_rules::decide_consume`'s decision, with the error an attempt
+/// in progress raises (55P03: the message must not be acknowledged, it will be redelivered).
 pub fn plan_consume(
     row: Option<&KeyRow<'_>>,
     mine: bool,
     request: &ConsumeRequest<'_>,
     now: Micros,
 ) -> ConsumePlan {
-    let held = |row: &KeyRow<'_>, mine: bool| {
-        ConsumePlan::Held(errors::consume_in_progress(
+    match decide_consume(row.map(|row| row.seen(true)).as_ref(), mine, now) {
+        ConsumeDecision::Write(attempt) => ConsumePlan::Write(attempt),
+        ConsumeDecision::Duplicate => ConsumePlan::Answer(Consumed::Duplicate),
+        ConsumeDecision::Held { mine } => ConsumePlan::Held(errors::consume_in_progress(
             request.tenant,
             request.key,
-            row.lease_expires_at.map(timestamptz),
+            row.and_then(|row| row.lease_expires_at).map(timestamptz),
             mine,
-        ))
-    };
-    let row = match row {
-        // this transaction's own attempt stays its own however long it has run past its lease
-        // or ttl (as in `claims::plan`): writing over it would make its fence stale under its
-        // feet
-        Some(row) if mine && row.state == State::InProgress => return held(row, true),
-        Some(row) if !row.is_expired(now) => row,
-        _ => return ConsumePlan::Write(Attempt::FIRST),
-    };
-    match row.state {
-        State::Completed | State::Failed => ConsumePlan::Answer(Consumed::Duplicate),
-        State::InProgress if mine || row.lease_is_live(now) => held(row, mine),
-        State::InProgress => ConsumePlan::Write(Attempt::after(row)),
+        )),
     }
 }

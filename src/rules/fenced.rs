@@ -2,6 +2,8 @@
 //! whether the caller's fence holds the key (`Fenced::check`), and what the operation does to
 //! the row that holds it (`FencedChange::effect`).
 
+use pg_idem_rules::{decide_fenced, FencedDecision, StaleBecause};
+
 use crate::errors::{self, LeaseLost};
 use crate::pg::datum::Jsonb;
 use crate::pg::time::Micros;
@@ -21,30 +23,22 @@ impl Fenced<'_> {
     /// attempt in progress that was handed this very fence. Otherwise why not: no such key
     /// (P0002), or a stale fence (55000, saying what became of the key).
     pub fn check(&self, row: Option<&KeyRow<'_>>) -> Result<(), Refused> {
-        match row {
-            Some(row) if row.fence == self.fence && row.state == State::InProgress => Ok(()),
-            None => Err(Refused {
-                error: errors::key_not_found(self.function, self.tenant, self.key, self.fence),
-                stale_fence: false,
-            }),
-            Some(row) => {
-                let why = match row.state {
-                    State::Completed => LeaseLost::Completed,
-                    State::Failed => LeaseLost::Failed,
-                    State::InProgress => LeaseLost::NotHolder,
-                };
-                Err(Refused {
-                    error: errors::lease_lost(
-                        self.function,
-                        self.tenant,
-                        self.key,
-                        self.fence,
-                        why,
-                    ),
-                    stale_fence: true,
+        let why = match decide_fenced(row.map(|row| (row.fence, row.state)), self.fence) {
+            FencedDecision::Holds => return Ok(()),
+            FencedDecision::NotFound => {
+                return Err(Refused {
+                    error: errors::key_not_found(self.function, self.tenant, self.key, self.fence),
+                    stale_fence: false,
                 })
             }
-        }
+            FencedDecision::Stale(StaleBecause::Completed) => LeaseLost::Completed,
+            FencedDecision::Stale(StaleBecause::Failed) => LeaseLost::Failed,
+            FencedDecision::Stale(StaleBecause::NotHolder) => LeaseLost::NotHolder,
+        };
+        Err(Refused {
+            error: errors::lease_lost(self.function, self.tenant, self.key, self.fence, why),
+            stale_fence: true,
+        })
     }
 }
 

@@ -6,31 +6,17 @@ use crate::hashing;
 use crate::pg::datum::Jsonb;
 use crate::pg::time::Micros;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
-    InProgress,
-    Completed,
-    Failed,
+pub use pg_idem_rules::{after, Attempt, State};
+
+/// The `"char"` stored in idem.keys.state.
+pub fn state_code(state: State) -> i8 {
+    state.code() as i8
 }
 
-impl State {
-    /// The `"char"` stored in idem.keys.state.
-    pub fn code(self) -> i8 {
-        (match self {
-            State::InProgress => b'p',
-            State::Completed => b'c',
-            State::Failed => b'f',
-        }) as i8
-    }
-
-    pub fn from_code(code: i8) -> State {
-        match code as u8 {
-            b'p' => State::InProgress,
-            b'c' => State::Completed,
-            b'f' => State::Failed,
-            _ => impossible(format!("state {:?}", code as u8 as char)),
-        }
-    }
+/// The state a stored `"char"` names.
+pub fn state_from_code(code: i8) -> State {
+    State::from_code(code as u8)
+        .unwrap_or_else(|| impossible(format!("state {:?}", code as u8 as char)))
 }
 
 /// A key as stored; its jsonb lives in the caller's memory context `'m`.
@@ -91,7 +77,7 @@ pub enum MessageRows {
 impl<'m> KeyRow<'m> {
     /// The key a stored row holds: the one place that says what a NULL means (`MessageRows`).
     pub fn decode(stored: StoredRow<'m>) -> KeyRow<'m> {
-        let state = State::from_code(not_null(stored.state, "state"));
+        let state = state_from_code(not_null(stored.state, "state"));
         let Some(expires_at) = stored.expires_at else {
             // a message row
             if state != State::Completed || stored.ttl.is_some() {
@@ -142,18 +128,21 @@ impl KeyRow<'_> {
             .unwrap_or_else(|| impossible(format!("ttl NULL in a row in state {:?}", self.state)))
     }
 
-    /// Past its expires_at a key counts as absent, purged yet or not.
-    pub fn is_expired(&self, now: Micros) -> bool {
-        now > self.expires_at
-    }
-
-    pub fn lease_is_live(&self, now: Micros) -> bool {
-        self.lease_expires_at.is_some_and(|lease| now <= lease)
+    /// The row as the decisions (`pg_idem_rules`) see it; `same_request`: whether it was
+    /// stored for the caller's request hash.
+    pub fn seen(&self, same_request: bool) -> pg_idem_rules::Seen {
+        pg_idem_rules::Seen {
+            state: self.state,
+            same_request,
+            attempt: self.attempt,
+            lease_expires_at: self.lease_expires_at,
+            expires_at: self.expires_at,
+        }
     }
 
     /// Expired with no live lease: only a purge may be acting on it.
     pub fn is_purgeable(&self, now: Micros) -> bool {
-        self.is_expired(now) && !self.lease_is_live(now)
+        self.seen(true).is_purgeable(now)
     }
 }
 
@@ -188,36 +177,6 @@ pub mod in_sql {
     pub fn is_purgeable(t: &str, now: &str) -> String {
         format!("{} AND {}", is_expired(t, now), lease_is_not_live(t, now))
     }
-}
-
-/// Which attempt a write makes: the first, or the next one after an attempt whose lease passed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Attempt {
-    pub number: i32,
-    /// it takes over an attempt whose lease passed (which hands its checkpoint on)
-    pub takeover: bool,
-}
-
-impl Attempt {
-    pub const FIRST: Attempt = Attempt {
-        number: 1,
-        takeover: false,
-    };
-
-    /// The attempt that takes over `row`'s.
-    pub fn after(row: &KeyRow<'_>) -> Attempt {
-        Attempt {
-            number: row.attempt.saturating_add(1),
-            takeover: true,
-        }
-    }
-}
-
-/// `at` plus a duration in microseconds: the one way pg_idem adds a lease or a ttl to a time.
-/// It saturates rather than fail: leases and ttls are at most 100 years, so only an `at` near
-/// the end of time could reach the bound.
-pub fn after(at: Micros, duration_us: i64) -> Micros {
-    at.saturating_add(duration_us)
 }
 
 /// A stored request hash, as read from its column.

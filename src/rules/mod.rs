@@ -1,5 +1,8 @@
-//! The rules of the key store, as pure decisions: no PostgreSQL call, no table access. Each
-//! takes what a back-end read (a key's row as `KeyRow`, the clock read once per call) and
+//! The rules of the key store, as pure decisions: no PostgreSQL call, no table access. The
+//! decisions themselves (claim, consume, fenced call) are the crate `pg_idem_rules` (rules/),
+//! which a plain `cargo test` runs against the table rules/decisions.json; this module gives
+//! them the rows the back-ends read and turns their answers into outcomes, errors and writes.
+//! Each takes what a back-end read (a key's row as `KeyRow`, the clock read once per call) and
 //! returns an answer and what to write, column by column (`RowWrite`); the back-ends of
 //! `crate::store` (the engine and the SPI path) only find rows and apply what these return.
 //!
@@ -32,7 +35,7 @@ mod tests {
     use super::claims::ClaimRequest;
     use super::consumes::ConsumeRequest;
     use super::fenced::{Effect, FencedChange};
-    use super::key_row::{Attempt, KeyRow, MessageRows, State, StoredRow};
+    use super::key_row::{state_code, Attempt, KeyRow, MessageRows, State, StoredRow};
     use super::row_write::{Column, RowWrite};
     use crate::hashing;
 
@@ -107,7 +110,7 @@ mod tests {
                 (_, Value::Null) => {}
                 (Column::Fence, Value::Int8(v)) => row.fence = Some(v),
                 (Column::Attempt, Value::Int4(v)) => row.attempt = Some(v),
-                (Column::State, Value::State(v)) => row.state = Some(v.code()),
+                (Column::State, Value::State(v)) => row.state = Some(state_code(v)),
                 (Column::RequestHash, Value::Hash(v)) => row.request_hash = Some(v),
                 (Column::ExpiresAt, Value::Time(v)) => row.expires_at = Some(v),
                 (Column::PurgeAfter, Value::Time(v)) => row.purge_after = Some(v),
@@ -213,14 +216,14 @@ mod tests {
             ttl_us: SECOND,
         };
         let mut row = stored(&consume.write(NOW, 0, Attempt::FIRST, MessageRows::Narrow));
-        row.state = Some(State::InProgress.code());
+        row.state = Some(state_code(State::InProgress));
         KeyRow::decode(row);
     }
 
     /// A takeover hands the last checkpoint on; every other claim starts without one.
     #[pg_test]
     fn only_a_takeover_keeps_the_checkpoint() {
-        let takeover = Attempt::after(&in_progress());
+        let takeover = Attempt::after(&in_progress().seen(true));
         assert_eq!(
             takeover,
             Attempt {

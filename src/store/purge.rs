@@ -202,7 +202,7 @@ mod tests {
     use super::*;
     use crate::hashing;
     use crate::pg::sql::interval_arg;
-    use crate::rules::key_row::{KeyRow, State, StoredRow};
+    use crate::rules::key_row::{state_code, KeyRow, State, StoredRow};
     use pgrx::datum::TimestampWithTimeZone;
     use pgrx::prelude::*;
 
@@ -289,14 +289,11 @@ mod tests {
                     .unwrap();
                     let row = KeyRow::decode(StoredRow {
                         fence: (!message_row).then_some(1),
-                        state: Some(
-                            if message_row {
-                                State::Completed
-                            } else {
-                                State::InProgress
-                            }
-                            .code(),
-                        ),
+                        state: Some(state_code(if message_row {
+                            State::Completed
+                        } else {
+                            State::InProgress
+                        })),
                         request_hash: (!message_row).then_some([0; hashing::STORED_HASH_BYTES]),
                         attempt: (!message_row).then_some(1),
                         response_code: None,
@@ -306,10 +303,11 @@ mod tests {
                         purge_after: Some(purge_after),
                         ttl: (!message_row).then_some(0),
                     });
+                    let seen = row.seen(true);
                     let in_rust = (
-                        row.is_expired(now),
-                        !row.lease_is_live(now),
-                        row.is_purgeable(now),
+                        seen.is_expired(now),
+                        !seen.lease_is_live(now),
+                        seen.is_purgeable(now),
                     );
                     assert_eq!(
                         in_sql, in_rust,

@@ -36,7 +36,7 @@ use crate::pg::time::{interval_micros, Micros};
 use crate::rules::claims::{plan, ClaimOutcome, ClaimRequest, Plan, CLAIM_ROUNDS};
 use crate::rules::consumes::{plan_consume, ConsumePlan, ConsumeRequest, Consumed};
 use crate::rules::fenced::{Effect, Fenced, FencedChange, FencedTimes, Refused};
-use crate::rules::key_row::{stored_hash, KeyRow, MessageRows, StoredRow};
+use crate::rules::key_row::{state_code, stored_hash, KeyRow, MessageRows, StoredRow};
 use crate::rules::row_write::{Assign, Column, RowWrite, Value};
 
 enum_list! {
@@ -182,7 +182,7 @@ fn arg<'a>(column: Column, assign: Assign<'a>) -> DatumWithOid<'a> {
         },
         Value::Int8(v) => v.into(),
         Value::Int4(v) => v.into(),
-        Value::State(state) => state.code().into(),
+        Value::State(state) => state_code(state).into(),
         Value::Hash(hash) => hash.to_vec().into(),
         Value::Time(micros) => timestamptz_arg(micros),
         Value::Duration(micros) => interval_arg(micros),

@@ -12,7 +12,7 @@ use crate::errors;
 use crate::pg::datum::CallMemory;
 use crate::pg::heap::{Found, Inserted, Snap, Write, Written};
 use crate::pg::time::{interval, interval_micros};
-use crate::rules::key_row::{stored_hash, KeyRow, StoredRow};
+use crate::rules::key_row::{state_code, stored_hash, KeyRow, StoredRow};
 use crate::rules::row_write::{Assign, Column, RowWrite, Value};
 use crate::store::snapshot_per_transaction;
 
@@ -98,7 +98,7 @@ fn datum_of(value: Value<'_>) -> Option<pg_sys::Datum> {
         Value::Null => None,
         Value::Int8(v) | Value::Time(v) => Some(pg_sys::Datum::from(v)),
         Value::Int4(v) => Some(pg_sys::Datum::from(v)),
-        Value::State(state) => Some(pg_sys::Datum::from(state.code())),
+        Value::State(state) => Some(pg_sys::Datum::from(state_code(state))),
         Value::Hash(hash) => hash.as_slice().into_datum(),
         Value::Duration(micros) => interval(micros).into_datum(),
         Value::Text(text) => text.into_datum(),
