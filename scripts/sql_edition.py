@@ -221,29 +221,34 @@ def replace_c_functions(text, used):
     return C_FUNCTION.sub(replace, text)
 
 
-# Limits the native edition defines once (src/sql_api/args.rs), written into the SQL edition's
-# files where they say @NAME@, so that the two editions cannot hold different ones.
-SHARED_LIMITS = ("MAX_KEY_BYTES", "MAX_REQUEST_HASH_CHARS")
+# Facts the native edition defines once, written into the SQL edition's files where they say
+# @NAME@, so that the two editions cannot hold different ones: the limits of the arguments, and
+# how many times a claim reads its key again (rules/, the decisions without PostgreSQL).
+SHARED_FACTS = {
+    "MAX_KEY_BYTES": "src/sql_api/args.rs",
+    "MAX_REQUEST_HASH_CHARS": "src/sql_api/args.rs",
+    "CLAIM_ROUNDS": "rules/src/claims.rs",
+}
 
 
-def shared_limits():
-    source = (ROOT / "src" / "sql_api" / "args.rs").read_text()
-    limits = {}
-    for name in SHARED_LIMITS:
+def shared_facts():
+    facts = {}
+    for name, path in SHARED_FACTS.items():
+        source = (ROOT / path).read_text()
         match = re.search(rf"^pub const {name}: usize = ([0-9_]+);$", source, re.MULTILINE)
         if not match:
-            fail(f"no `pub const {name}: usize` in src/sql_api/args.rs")
-        limits[name] = match.group(1).replace("_", "")
-    return limits
+            fail(f"no `pub const {name}: usize` in {path}")
+        facts[name] = match.group(1).replace("_", "")
+    return facts
 
 
 def for_install(text, plain):
     """A script's text for the plain install (plain=True) or for CREATE EXTENSION."""
-    for name, value in shared_limits().items():
+    for name, value in shared_facts().items():
         text = text.replace(f"@{name}@", value)
-    unknown = re.search(r"@MAX_[A-Z_]+@", text)
+    unknown = re.search(r"@[A-Z][A-Z_]+@", text)
     if unknown:
-        fail(f"{unknown.group(0)} is no limit of src/sql_api/args.rs ({', '.join(SHARED_LIMITS)})")
+        fail(f"{unknown.group(0)} is none of the shared facts ({', '.join(SHARED_FACTS)})")
     if plain:
         # outside CREATE EXTENSION there is no extension whose members pg_dump would skip:
         # the tables are dumped as ordinary tables

@@ -54,13 +54,11 @@ fn copy_tree(to: &Path) {
         .unwrap();
     assert!(status.success());
     std::fs::copy(root.join("src/lib.rs"), to.join("src/lib.rs")).unwrap();
-    // the limits sql_edition.py writes into the SQL edition (SHARED_LIMITS)
-    std::fs::create_dir_all(to.join("src/sql_api")).unwrap();
-    std::fs::copy(
-        root.join("src/sql_api/args.rs"),
-        to.join("src/sql_api/args.rs"),
-    )
-    .unwrap();
+    // the facts sql_edition.py writes into the SQL edition (SHARED_FACTS)
+    for fact_file in ["src/sql_api/args.rs", "rules/src/claims.rs"] {
+        std::fs::create_dir_all(to.join(fact_file).parent().unwrap()).unwrap();
+        std::fs::copy(root.join(fact_file), to.join(fact_file)).unwrap();
+    }
     std::fs::copy(root.join("Cargo.toml"), to.join("Cargo.toml")).unwrap();
     std::fs::copy(
         root.join("scripts/sql_edition.py"),

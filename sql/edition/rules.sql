@@ -483,7 +483,10 @@ BEGIN
     -- upgraded at the write deadlocks with REINDEX, VACUUM FULL or CLUSTER queued in between
     -- (the native engine opens idem.keys in this mode too)
     LOCK TABLE idem.keys IN ROW EXCLUSIVE MODE;
-    FOR round IN 1..8 LOOP
+    -- the native claim's rounds (rules/src/claims.rs: a read, and a write when the key is to
+    -- be taken) and one more: the first read here takes no key lock, and a row it found is read
+    -- again once the lock is held
+    FOR round IN 0..@CLAIM_ROUNDS@ LOOP
         -- read first, without the key lock: answers that need no write (replays, live leases,
         -- mismatches) take none; once the lock is held, read again with the row locked
         IF locked THEN
