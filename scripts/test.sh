@@ -253,6 +253,7 @@ lint() {
     cargo fmt --all --check || rc=1
     cargo clippy --all-targets -p pg_idem_tests -- -D warnings || rc=1
     cargo clippy --lib -p pg_idem -- -D warnings || rc=1
+    cargo clippy --all-targets -p pg_idem_rules -- -D warnings || rc=1
     meta="$(python3 -c 'import json; print(json.load(open("META.json"))["version"])')"
     cargo="$(sed -nE 's/^version = "([^"]+)"/\1/p' Cargo.toml | head -n 1)"
     [ "$meta" = "$cargo" ] || { echo "META.json says $meta, Cargo.toml $cargo" >&2; rc=1; }
@@ -278,7 +279,7 @@ lint() {
     return $rc
 }
 
-core_suites=(--test sessions --test security --test concurrency --test upgrade --test hardening --test tenant_grants --test key_store --test maintenance --test table_changes --test tenant_boundary)
+core_suites=(--test decisions --test sessions --test security --test concurrency --test upgrade --test hardening --test tenant_grants --test key_store --test maintenance --test table_changes --test tenant_boundary)
 # the client suites that also run against the SQL edition (PG_IDEM_EDITION=sql); not (yet) the
 # purge worker's, crash, failover (the fence clock), Citus, pg_upgrade and soak suites, nor the
 # sql_edition* suites, which compare the editions themselves
@@ -300,6 +301,8 @@ if [[ " ${versions[*]} " == *" 15 "* ]]; then
 fi
 
 step lint lint
+# the decisions without PostgreSQL (rules/): plain unit tests, no server
+step rules cargo test -p pg_idem_rules
 for major in "${versions[@]}"; do
     export PG_IDEM_REQUIRE="$(required "$major")"
     step "pg$major-in-server" in_server "$major"
