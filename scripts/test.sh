@@ -34,7 +34,9 @@
 #                  amcheck and what only a superuser may do (about 1.5 minutes); reported as
 #                  one skipped test where ../shared/pg_tle is missing
 #   golden         messages, declarations, usage        tests/pg_regress/run.sh (full only)
-#   isolation      deterministic interleavings          tests/isolation/run.sh (full only)
+#   isolation      deterministic interleavings          tests/isolation/run.sh (full only), on
+#                  the engine path, then again on the native SPI path (--path spi: a row trigger
+#                  on idem.keys) and in the SQL edition (--path sql), each on a server of its own
 #   examples       the Python and Node.js examples       examples/run.sh (full only), and again
 #                  through PgBouncer in transaction mode examples/run.sh --pooler (full only)
 # and, once every version is installed, pg_upgrade from 14 to 18 (tests/pg_upgrade.rs);
@@ -329,6 +331,8 @@ for major in "${versions[@]}"; do
         fi
         step "pg$major-golden" with_pg "$major" tests/pg_regress/run.sh
         step "pg$major-isolation" with_pg "$major" tests/isolation/run.sh
+        step "pg$major-isolation-spi" with_pg "$major" tests/isolation/run.sh --path spi
+        step "pg$major-isolation-sql" with_pg "$major" tests/isolation/run.sh --path sql
         step "pg$major-examples" with_pg "$major" examples/run.sh
         step "pg$major-examples-pooler" with_pg "$major" examples/run.sh --pooler
     else
