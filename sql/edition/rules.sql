@@ -657,6 +657,8 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     r idem.key_row;
+    locked boolean;
+    placed boolean;
 BEGIN
     -- idem.keys in the mode its writes need, before the first read: a read's weaker lock
     -- upgraded at the write deadlocks with REINDEX, VACUUM FULL or CLUSTER queued in between
@@ -669,7 +671,7 @@ BEGIN
     -- the key lock, for claims to see (idem.key_held_elsewhere): taken if free, never waited for,
     -- since a role can take an id it saw in pg_locks; the row lock below is what waits for
     -- whoever is claiming or finishing the key
-    PERFORM pg_catalog.pg_try_advisory_xact_lock(idem.key_lock_id(tenant, key));
+    locked := pg_catalog.pg_try_advisory_xact_lock(idem.key_lock_id(tenant, key));
     IF operation IN ('complete', 'fail') THEN
         -- the usual case in one statement: the key held by this fence, a whole row in progress
         -- (one read_key accepts). Anything else (and a write a trigger drops) changes nothing
@@ -691,6 +693,23 @@ BEGIN
         END IF;
     END IF;
     r := idem.read_key(tenant, key, true);
+    IF r.state IS NULL AND NOT locked THEN
+        -- no row, and the lock held: a claim may be inserting the key right now, which no read
+        -- sees and no row lock waits for. An insert of the key waits for it, as natively the
+        -- call waits for the claiming transaction (only pg_idem's owner writes idem.keys): a row
+        -- it committed is read again; the row the insert leaves if there was none is deleted,
+        -- and the key does not exist (tests/isolation/specs/claim-rollback.spec)
+        INSERT INTO idem.keys AS k (tenant, key, state, purge_after)
+        VALUES (fenced.tenant, fenced.key, 'c', pg_catalog.clock_timestamp())
+        ON CONFLICT DO NOTHING
+        RETURNING true INTO placed;
+        IF placed THEN
+            DELETE FROM idem.keys AS k
+             WHERE k.tenant OPERATOR(pg_catalog.=) fenced.tenant AND k.key OPERATOR(pg_catalog.=) fenced.key;
+        ELSE
+            r := idem.read_key(tenant, key, true);
+        END IF;
+    END IF;
     IF r.state IS NULL THEN
         PERFORM idem.raise_error('P0002',
             pg_catalog.format('%s: key "%s" of tenant "%s" does not exist', function, key, tenant),
