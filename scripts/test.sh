@@ -63,7 +63,8 @@
 # "SKIPPED: suite::test: reason" into the file PG_IDEM_SKIP_LOG names, which step() sets per
 # step; those lines are counted as skipped, taken off the step's passed and listed before the
 # last line. What this command installs itself is required instead (PG_IDEM_REQUIRE): faketime
-# (setup.sh), prlimit (util-linux) and, on 15 where ../shared/citus exists, Citus; a test
+# (setup.sh), prlimit (util-linux), a debug build of pg_idem (the fence slots of
+# tests/fence_tokens.rs) and, on 15 where ../shared/citus exists, Citus; a test
 # missing one of them fails.
 #
 # The machine. setup.sh installs what is missing (Debian packages, PostgreSQL 14/16/17/18 into
@@ -104,7 +105,7 @@ fi
 # required MAJOR: what a client test of that version must not skip for (PG_IDEM_REQUIRE, see
 # skip_test in tests/harness/lib.rs): what setup.sh and the Citus installer put there
 required() {
-    local deps=faketime,prlimit
+    local deps=faketime,prlimit,debug-build
     if [ "$1" = 15 ] && [ -x "$citus_installer" ]; then deps+=,citus; fi
     # pg_cron: setup.sh installs Debian's postgresql-15-cron (tests/sql_edition_purge.rs)
     if [ "$1" = 15 ]; then deps+=,pg_cron; fi

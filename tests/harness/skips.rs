@@ -5,7 +5,8 @@
 /// dependencies: `citus` (tests/citus.rs), `faketime` (the clock tests of tests/failover.rs),
 /// `prlimit` (a backend's memory limit in tests/hardening.rs), `pg_upgrade` (the two bin
 /// directories tests/pg_upgrade.rs needs), `pg_tle` (the managed-style servers of
-/// tests/harness/managed.rs), `native edition` (a test of what only the native engine has, run
+/// tests/harness/managed.rs), `debug-build` (the 256 fence slots of a debug build,
+/// tests/fence_tokens.rs), `native edition` (a test of what only the native engine has, run
 /// under `PG_IDEM_EDITION=sql`: see [`native_only`]).
 ///
 /// cargo counts such a test as passed, so the skip is recorded where the test command counts
