@@ -54,9 +54,13 @@ EDITION = ROOT / "sql" / "edition"
 # function bodies declare variables of come right after the native schema.sql (PL/pgSQL checks
 # a body's variable types when the function is created); the rules come last, after the
 # native declarations, so that they use the declared result types (idem_claim_result) instead
-# of a copy
+# of a copy. The rules are one file per module of src/ they mirror, in this order (a LANGUAGE
+# sql body is checked against the functions before it when it is created).
 INTERNALS_FIRST = ["settings.sql", "hashing.sql", "statistics.sql"]
-INTERNALS_LAST = ["rules.sql"]
+INTERNALS_LAST = [
+    f"rules/{name}.sql"
+    for name in ("errors", "args", "tenants", "key_row", "claims", "fenced", "consumes", "purge", "streams")
+]
 # Functions declared PARALLEL SAFE natively whose SQL body is not: its tenant check runs a
 # subtransaction (idem.in_restricted_operation), which a parallel worker may not start. The
 # native function answers there (its tenant check reads the grants with the snapshot parallel

@@ -123,7 +123,7 @@ fn releases() -> Releases {
     copy_tree(&new);
     // OLD has an internal function NEW drops
     append(
-        &old.join("sql/edition/rules.sql"),
+        &old.join("sql/edition/rules/purge.sql"),
         "\nCREATE FUNCTION idem.obsolete_helper(n integer) RETURNS integer\nLANGUAGE sql\nAS $$ SELECT n $$;\n",
     );
     // NEW: another version, a new C function, a changed internal body and a changed comment
@@ -146,7 +146,7 @@ fn releases() -> Releases {
     )
     .unwrap();
     edit(
-        &new.join("sql/edition/rules.sql"),
+        &new.join("sql/edition/rules/errors.sql"),
         "'pg_idem cannot act on a NULL %s.'",
         "'pg_idem (next release) cannot act on a NULL %s.'",
     );

@@ -384,7 +384,7 @@ BEGIN
         WHEN 'pg_idem.reject_stale_uuidv7' THEN
             result.reject_stale_uuidv7 := setting.value OPERATOR(pg_catalog.=) 'on';
         ELSE
-            NULL;   -- pg_idem.purge_in_passing: rules.sql
+            NULL;   -- pg_idem.purge_in_passing: rules/purge.sql
         END CASE;
     END LOOP;
     RETURN result;

@@ -1,5 +1,5 @@
 //! The purge of expired keys: one code path for idem_purge() and the purge worker (the SQL
-//! edition's purge in passing is its own, in sql/edition/rules.sql). Each batch is one statement
+//! edition's purge in passing is its own, in sql/edition/rules/purge.sql). Each batch is one statement
 //! that locks its candidates FOR UPDATE SKIP LOCKED, so that it never waits for a key another
 //! transaction holds: SQL only the executor runs, so the purge always goes through SPI, whichever
 //! back-end (`engine` or `spi`) serves the calls. It is a module of its own, apart from the SPI
