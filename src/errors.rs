@@ -178,6 +178,7 @@ pub fn table_changed(relid: pgrx::pg_sys::Oid, difference: String) -> IdemError 
 /// 55P03: idem_consume of a key an attempt of idem_claim holds: whether its effect happens is
 /// not known yet, so the message may be neither processed nor acknowledged now.
 pub fn consume_in_progress(
+    function: &str,
     tenant: &str,
     key: &str,
     lease_expires_at: Option<pgrx::datum::TimestampWithTimeZone>,
@@ -195,7 +196,7 @@ pub fn consume_in_progress(
     };
     IdemError::new(
         PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
-        format!("idem_consume: key \"{key}\" of tenant \"{tenant}\" is held by an attempt in progress"),
+        format!("{function}: key \"{key}\" of tenant \"{tenant}\" is held by an attempt in progress"),
         detail,
         "Do not acknowledge the message: let it be redelivered later (once the lease has passed, idem_consume takes the key over), or finish the attempt with idem_complete.",
     )

@@ -770,7 +770,7 @@ fn app_roles_cannot_touch_the_state_or_the_owner_settings() {
         "SELECT idem.owner_settings()",
         "SELECT idem.check_access('bank', false)",
         "SELECT idem.read_key('bank', 'k', false)",
-        "SELECT idem.consume('bank', 'm', 1000000, now())",
+        "SELECT idem.consume('idem_consume', 'bank', 'm', 1000000, now())",
         "SELECT idem.purge(NULL, NULL, now())",
         "SELECT idem.key_lock_id('bank', 'k')",
         "SELECT idem.fenced('x', 'bank', 'k', 1, 'release', now())",

@@ -11,6 +11,8 @@ use crate::rules::key_row::{after, impossible, Attempt, KeyRow, State};
 use crate::rules::row_write::{Column, RowWrite, Value};
 
 pub struct ClaimRequest<'a> {
+    /// the SQL function that claims (idem_claim, idem_claim_many), named by its errors
+    pub function: &'static str,
     pub tenant: &'a str,
     pub key: &'a str,
     pub request_hash: [u8; hashing::STORED_HASH_BYTES],

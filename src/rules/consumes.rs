@@ -9,6 +9,8 @@ use crate::rules::key_row::{after, message_request_hash, Attempt, KeyRow, Messag
 use crate::rules::row_write::{Column, RowWrite, Value};
 
 pub struct ConsumeRequest<'a> {
+    /// the SQL function that consumes (idem_consume, idem_consume_many), named by its errors
+    pub function: &'static str,
     pub tenant: &'a str,
     pub key: &'a str,
     pub ttl_us: i64,
@@ -101,6 +103,7 @@ pub fn plan_consume(
         ConsumeDecision::Write(attempt) => ConsumePlan::Write(attempt),
         ConsumeDecision::Duplicate => ConsumePlan::Answer(Consumed::Duplicate),
         ConsumeDecision::Held { mine } => ConsumePlan::Held(errors::consume_in_progress(
+            request.function,
             request.tenant,
             request.key,
             row.and_then(|row| row.lease_expires_at).map(timestamptz),

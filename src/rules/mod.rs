@@ -44,6 +44,7 @@ mod tests {
 
     fn request() -> ClaimRequest<'static> {
         ClaimRequest {
+            function: "idem_claim",
             tenant: "t",
             key: "k",
             request_hash: hashing::stored_request_hash("h"),
@@ -77,6 +78,7 @@ mod tests {
     fn first_claims_and_consumes_write_every_column() {
         assert!(request().write(NOW, 1, Attempt::FIRST).is_whole_row());
         let consume = ConsumeRequest {
+            function: "idem_consume",
             tenant: "t",
             key: "k",
             ttl_us: SECOND,
@@ -130,6 +132,7 @@ mod tests {
         use super::claims::{plan, ClaimOutcome, Plan};
         use super::consumes::{plan_consume, ConsumePlan, Consumed};
         let consume = ConsumeRequest {
+            function: "idem_consume",
             tenant: "t",
             key: "k",
             ttl_us: 60 * SECOND,
@@ -211,6 +214,7 @@ mod tests {
     #[pg_test(error = "pg_idem internal error: reading idem.keys")]
     fn a_row_in_progress_without_expiry_is_refused() {
         let consume = ConsumeRequest {
+            function: "idem_consume",
             tenant: "t",
             key: "k",
             ttl_us: SECOND,

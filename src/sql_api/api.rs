@@ -33,7 +33,13 @@ fn idem_claim(
     let (tenant, key) = check(args::tenant_and_key(tenant, key, "key"));
     let request_hash = check(args::request_hash(request_hash));
     tenants::check_access(tenant);
-    let request = claim_request(tenant, key, request_hash, lease_and_ttl(lease, ttl));
+    let request = claim_request(
+        "idem_claim",
+        tenant,
+        key,
+        request_hash,
+        lease_and_ttl(lease, ttl),
+    );
     // SAFETY: in idem_claim's memory context; the outcome is shaped into its result before it
     // returns, so 'm is this call.
     let memory = unsafe { CallMemory::current() };
@@ -135,7 +141,7 @@ fn idem_heartbeat(
 fn idem_forget(tenant: Option<&str>, key: Option<&str>) -> bool {
     let (tenant, key) = check(args::tenant_and_key(tenant, key, "key"));
     tenants::check_access(tenant);
-    store::forget(tenant, key)
+    store::forget("idem_forget", tenant, key)
 }
 
 #[pg_extern(sql = false)]

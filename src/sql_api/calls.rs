@@ -25,15 +25,17 @@ pub fn lease_and_ttl(lease: Option<Interval>, ttl: Option<Interval>) -> (i64, i6
     )
 }
 
-/// The claim of `key` (checked) under `request_hash` (the caller's fingerprint, checked), with
+/// The claim by SQL function `function` of `key` (checked) under `request_hash` (the caller's fingerprint, checked), with
 /// lease and ttl from `lease_and_ttl`.
 pub fn claim_request<'a>(
+    function: &'static str,
     tenant: &'a str,
     key: &'a str,
     request_hash: &str,
     (lease_us, ttl_us): (i64, i64),
 ) -> ClaimRequest<'a> {
     ClaimRequest {
+        function,
         tenant,
         key,
         request_hash: hashing::stored_request_hash(request_hash),

@@ -43,6 +43,7 @@ fn idem_consume(tenant: Option<&str>, key: Option<&str>, ttl: Option<Interval>) 
     let ttl_us = check(args::duration(ttl, "ttl", guc::ttl_us()));
     tenants::check_access(tenant);
     let request = ConsumeRequest {
+        function: "idem_consume",
         tenant,
         key,
         ttl_us,
@@ -109,6 +110,7 @@ fn idem_consume_many<'a>(
             let argument = format!("keys[{}]", i + 1);
             let (_, key) = check(args::tenant_and_key(Some(tenant), Some(key), &argument));
             ConsumeRequest {
+                function: "idem_consume_many",
                 tenant,
                 key,
                 ttl_us,

@@ -106,7 +106,15 @@ fn idem_claim_many<'a>(
             let hash = check(args::request_hash(Some(hash)));
             (key, hash)
         })
-        .map(|(key, hash)| claim_request(tenant, key, hash, lease_and_ttl(lease, ttl)))
+        .map(|(key, hash)| {
+            claim_request(
+                "idem_claim_many",
+                tenant,
+                key,
+                hash,
+                lease_and_ttl(lease, ttl),
+            )
+        })
         .collect();
     // SAFETY: in idem_claim_many's memory context, which lives as long as its arguments ('a,
     // as pgrx ties them to the call): the rows it returns are allocated there.

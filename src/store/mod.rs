@@ -121,11 +121,12 @@ impl<'m> Store<'_, '_, 'm> {
         }
     }
 
-    /// Drops a key in any state; true if there was one.
-    pub fn forget(&self, tenant: &str, key: &str) -> bool {
+    /// Drops a key in any state; true if there was one. `function`: the SQL function that
+    /// asks, named by its errors.
+    pub fn forget(&self, function: &str, tenant: &str, key: &str) -> bool {
         prevent_if_read_only(c"DELETE");
         match &self.backend {
-            Backend::Engine(keys) => engine::forget(keys, tenant, key, self.memory),
+            Backend::Engine(keys) => engine::forget(keys, function, tenant, key, self.memory),
             Backend::Spi(client, _) => spi::forget(client, tenant, key),
         }
     }
@@ -163,8 +164,8 @@ pub fn fenced(target: &Fenced<'_>, change: &FencedChange<'_>) -> Result<FencedTi
 }
 
 /// Drops one key (see `Store::forget`).
-pub fn forget(tenant: &str, key: &str) -> bool {
+pub fn forget(function: &str, tenant: &str, key: &str) -> bool {
     // SAFETY: as in `fenced`: nothing allocated in it is returned.
     let memory = unsafe { CallMemory::current() };
-    with_store(memory, |store| store.forget(tenant, key))
+    with_store(memory, |store| store.forget(function, tenant, key))
 }

@@ -51,7 +51,7 @@ BEGIN
     now := pg_catalog.clock_timestamp();
     -- in input order, so that a key repeated in the batch meets its own earlier claim
     FOR i IN 1..n LOOP
-        answer := idem.claim(tenant, keys[i], stored[i], lease_us, ttl_us, reject_stale, now);
+        answer := idem.claim('idem_claim_many', tenant, keys[i], stored[i], lease_us, ttl_us, reject_stale, now);
         key := keys[i];
         outcome := answer.outcome;
         fence := answer.fence;

@@ -15,7 +15,7 @@ BEGIN
     IF s.tenant_grants THEN
         PERFORM idem.check_access(tenant, true);
     END IF;
-    RETURN idem.claim(tenant, key, idem.stored_request_hash(request_hash), idem.lease_us(lease, s.lease_us), idem.ttl_us(ttl, s.ttl_us),
+    RETURN idem.claim('idem_claim', tenant, key, idem.stored_request_hash(request_hash), idem.lease_us(lease, s.lease_us), idem.ttl_us(ttl, s.ttl_us),
         idem.reject_stale_uuidv7(s.reject_stale_uuidv7),
         pg_catalog.clock_timestamp());
 END

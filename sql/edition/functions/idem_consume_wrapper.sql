@@ -14,5 +14,5 @@ BEGIN
     IF s.tenant_grants THEN
         PERFORM idem.check_access(tenant, true);
     END IF;
-    RETURN idem.consume(tenant, key, ttl_us, pg_catalog.clock_timestamp());
+    RETURN idem.consume('idem_consume', tenant, key, ttl_us, pg_catalog.clock_timestamp());
 END

@@ -5,7 +5,7 @@
 -- The claim of a key; its answer as idem_claim's result row. The hot paths (a replay, a new
 -- key) run as few statements and calls as they can: a PL/pgSQL call or a statement costs
 -- microseconds each, which is most of what the SQL edition spends.
-CREATE FUNCTION idem.claim(tenant text, key text, request_hash bytea, lease_us bigint, ttl_us bigint,
+CREATE FUNCTION idem.claim(function text, tenant text, key text, request_hash bytea, lease_us bigint, ttl_us bigint,
                            reject_stale_uuidv7 boolean, now timestamptz)
 RETURNS @extschema@.idem_claim_result
 LANGUAGE plpgsql
@@ -166,7 +166,7 @@ BEGIN
     END LOOP;
     -- with the key held, every round found no row to take and wrote none: a trigger or a
     -- rule drops pg_idem's writes
-    PERFORM idem.dropped_write('idem_claim', tenant, key);
+    PERFORM idem.dropped_write(function, tenant, key);
     RETURN NULL;
 END
 $$;

@@ -2,11 +2,12 @@
 -- Consumed messages (src/rules/consumes.rs, src/store/spi.rs's consume)
 -- ---------------------------------------------------------------------------------------------
 
--- Records a message as processed unless it was: true when it is new. The insert of a new
+-- Records a message as processed unless it was: true when it is new. `function`: the SQL
+-- function that consumes (idem_consume, idem_consume_many), named by its errors. The insert of a new
 -- message, or the row lock, waits for a transaction claiming, finishing or consuming the key
 -- (until it ends), and the decision is made on what it left. A new message is a narrow row
 -- (sql/schema.sql): its key, state 'c' and its expiry in purge_after, every other column NULL.
-CREATE FUNCTION idem.consume(tenant text, key text, ttl_us bigint, now timestamptz) RETURNS boolean
+CREATE FUNCTION idem.consume(function text, tenant text, key text, ttl_us bigint, now timestamptz) RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 -- the ON CONFLICT below names the primary key's columns, not the constraint: a DBA's rebuilt
@@ -59,14 +60,14 @@ BEGIN
         -- the rule of src/rules/consumes.rs's plan_consume
         new_attempt := NULL;
         IF r.state OPERATOR(pg_catalog.=) 'p'::"char" AND mine THEN
-            PERFORM idem.consume_held(tenant, key, r.lease_expires_at, true);
+            PERFORM idem.consume_held(function, tenant, key, r.lease_expires_at, true);
         END IF;
         IF r.state IS NOT NULL AND now OPERATOR(pg_catalog.<=) r.expires_at THEN
             IF r.state OPERATOR(pg_catalog.<>) 'p'::"char" THEN
                 RETURN false;
             END IF;
             IF r.lease_expires_at IS NOT NULL AND now OPERATOR(pg_catalog.<=) r.lease_expires_at THEN
-                PERFORM idem.consume_held(tenant, key, r.lease_expires_at, false);
+                PERFORM idem.consume_held(function, tenant, key, r.lease_expires_at, false);
             END IF;
             -- a takeover of an attempt of idem_claim whose lease passed counts its attempts
             new_attempt := r.attempt OPERATOR(pg_catalog.+) 1;
@@ -84,7 +85,7 @@ BEGIN
                                             AND k.key OPERATOR(pg_catalog.=) consume.key) THEN
                 -- no conflict and no row: a trigger dropped the insert (looking again would
                 -- loop for ever)
-                PERFORM idem.dropped_write('idem_consume', tenant, key);
+                PERFORM idem.dropped_write(function, tenant, key);
             END IF;
         ELSE
             UPDATE idem.keys AS k
@@ -116,13 +117,14 @@ AS $$
         'Drop the trigger or rule on idem.keys (pg_idem''s table takes only its own writes).')
 $$;
 
--- 55P03: idem_consume of a key an attempt of idem_claim holds (mine: this transaction's).
-CREATE FUNCTION idem.consume_held(tenant text, key text, lease_expires_at timestamptz, mine boolean)
+-- 55P03: a consume (by SQL function `function`) of a key an attempt of idem_claim holds
+-- (mine: this transaction's).
+CREATE FUNCTION idem.consume_held(function text, tenant text, key text, lease_expires_at timestamptz, mine boolean)
 RETURNS void
 LANGUAGE sql
 AS $$
     SELECT idem.raise_error('55P03',
-        pg_catalog.format('idem_consume: key "%s" of tenant "%s" is held by an attempt in progress', key, tenant),
+        pg_catalog.format('%s: key "%s" of tenant "%s" is held by an attempt in progress', function, key, tenant),
         CASE WHEN mine THEN 'This transaction claimed it with idem_claim and has not completed it.'
              WHEN lease_expires_at IS NOT NULL
              THEN pg_catalog.format('An attempt claimed it with idem_claim; its lease runs until %s.', lease_expires_at)

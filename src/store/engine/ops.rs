@@ -79,7 +79,7 @@ pub fn claim<'m>(
                     ..
                 }) => Writer::Other(xid),
                 latest if !Found::same_version(latest.as_ref(), seen.as_ref()) => {
-                    errors::serialization_failure("idem_claim", tenant, key).raise()
+                    errors::serialization_failure(request.function, tenant, key).raise()
                 }
                 _ => Writer::Nobody,
             },
@@ -117,7 +117,7 @@ pub fn claim<'m>(
         match stored {
             Stored::HeldBy(xid) if purgeable => wait_for(xid),
             Stored::HeldBy(_) => return ClaimOutcome::InProgress(None),
-            Stored::Changed => changed_under("idem_claim", tenant, key),
+            Stored::Changed => changed_under(request.function, tenant, key),
             Stored::Taken | Stored::Yes(..) => {}
         }
     }
@@ -156,7 +156,7 @@ pub fn consume(
         if per_transaction && latest.is_some() && !mine {
             let seen = keys.find(tenant, key, Snap::Transaction);
             if !Found::same_version(seen.as_ref(), latest.as_ref()) {
-                errors::serialization_failure("idem_consume", tenant, key).raise()
+                errors::serialization_failure(request.function, tenant, key).raise()
             }
         }
         let row = latest.as_ref().map(|f| keys.key_row(f, memory));
@@ -183,7 +183,7 @@ pub fn consume(
                 })
             }
             Stored::HeldBy(xid) => wait_for(xid),
-            Stored::Changed => changed_under("idem_consume", tenant, key),
+            Stored::Changed => changed_under(request.function, tenant, key),
             Stored::Taken => {}
         }
     }
@@ -269,15 +269,22 @@ fn wait_for_writer(keys: &Keys, tenant: &str, key: &str) -> bool {
     }
 }
 
-/// Drops a key in any state; true if there was one.
-pub fn forget(keys: &Keys, tenant: &str, key: &str, memory: CallMemory<'_>) -> bool {
+/// Drops a key in any state; true if there was one. `function`: the SQL function that asks,
+/// named by its errors.
+pub fn forget(
+    keys: &Keys,
+    function: &str,
+    tenant: &str,
+    key: &str,
+    memory: CallMemory<'_>,
+) -> bool {
     loop {
         let Some((found, _)) = row_to_act_on(keys, tenant, key, memory, |row| row.is_some()) else {
             return false;
         };
         match keys.table.delete(&found, true) {
             Write::Done => return true,
-            Write::Changed => changed_under("idem_forget", tenant, key),
+            Write::Changed => changed_under(function, tenant, key),
             Write::Busy(_) => errors::internal("forgetting a key", "did not wait").raise(),
         }
     }

@@ -55,6 +55,8 @@ SELECT * FROM show_error($$SELECT * FROM idem_consume_many('t', ARRAY['a', 'b', 
 RESET pg_idem.max_batch_keys;
 SELECT outcome FROM idem_claim('errors', 'held', 'h', lease => '1 hour');
 SELECT * FROM show_error($$SELECT idem_consume('errors', 'held')$$);
+-- a batch names itself, not idem_consume
+SELECT * FROM show_error($$SELECT * FROM idem_consume_many('errors', ARRAY['new', 'held'])$$);
 SELECT * FROM show_error($$SELECT * FROM idem_complete_many('errors', ARRAY['a'], ARRAY[1, 2], ARRAY[200])$$);
 SELECT * FROM show_error($$SELECT * FROM idem_complete_many('errors', ARRAY['a'], ARRAY[NULL::bigint], ARRAY[200])$$);
 SELECT * FROM show_error($$SELECT * FROM idem_complete_many('errors', ARRAY['missing'], ARRAY[1], ARRAY[200])$$);
