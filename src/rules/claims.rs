@@ -7,7 +7,7 @@ use crate::pg::time::Micros;
 pub use pg_idem_rules::CLAIM_ROUNDS;
 use pg_idem_rules::{decide_claim, ClaimDecision};
 
-use crate::rules::key_row::{after, impossible, Attempt, KeyRow, State};
+use crate::rules::key_row::{after, impossible, Attempt, Checkpoint, KeyRow, State};
 use crate::rules::row_write::{Column, RowWrite, Value};
 
 pub struct ClaimRequest<'a> {
@@ -67,14 +67,14 @@ impl ClaimRequest<'_> {
         }
     }
 
-    /// What a claim that took the key answers: `checkpoint` is the row's checkpoint after the
-    /// write (a takeover's, handed on; None otherwise).
+    /// What a claim that took the key answers: `checkpoint` is the one `plan` handed on with
+    /// the attempt (a takeover's; none otherwise), which the write kept.
     pub fn claimed<'m>(
         &self,
         now: Micros,
         fence: i64,
         attempt: Attempt,
-        checkpoint: (Option<String>, Option<Jsonb<'m>>),
+        checkpoint: Checkpoint<'m>,
     ) -> ClaimOutcome<'m> {
         let times = self.times(now);
         ClaimOutcome::Claimed {
@@ -114,8 +114,9 @@ pub enum ClaimOutcome<'m> {
 pub enum Plan<'m> {
     Answer(ClaimOutcome<'m>),
     /// Take the key with this attempt: the first when there is no live row (in place of an
-    /// expired row if there is one), the next when a committed attempt's lease has passed.
-    Claim(Attempt),
+    /// expired row if there is one), the next when a committed attempt's lease has passed,
+    /// which hands its checkpoint on (the row's; none for a first attempt).
+    Claim(Attempt, Checkpoint<'m>),
 }
 
 /// What a claim answers for `row`, the key as the claim sees it; `mine`: the row is this
@@ -132,7 +133,13 @@ pub fn plan<'m>(
         .map(|row| row.seen(row.request_hash == request.request_hash));
     let decision = decide_claim(seen.as_ref(), mine, || is_stale_uuidv7(request, now), now);
     Plan::Answer(match decision {
-        ClaimDecision::Claim(attempt) => return Plan::Claim(attempt),
+        ClaimDecision::Claim(attempt) => {
+            let checkpoint = match row {
+                Some(row) if attempt.takeover => row.checkpoint,
+                _ => (None, None),
+            };
+            return Plan::Claim(attempt, checkpoint);
+        }
         ClaimDecision::Replay => ClaimOutcome::Replay(present(row)),
         ClaimDecision::InProgress => ClaimOutcome::InProgress(Some(present(row))),
         ClaimDecision::Mismatch => ClaimOutcome::Mismatch,

@@ -32,7 +32,12 @@ pub struct KeyRow<'m> {
     /// the key's ttl, in microseconds (`crate::pg::time::interval_micros`); None for a message
     /// row, whose expiry never moves again
     pub ttl_us: Option<i64>,
+    /// the attempt's last checkpoint, which a takeover hands on (`claims::plan`)
+    pub checkpoint: Checkpoint<'m>,
 }
+
+/// A checkpoint as stored: its phase and its data.
+pub type Checkpoint<'m> = (Option<String>, Option<Jsonb<'m>>);
 
 /// A key's columns as stored, NULL as None: what a back-end read, before `KeyRow::decode`
 /// says what they mean.
@@ -47,6 +52,7 @@ pub struct StoredRow<'m> {
     pub expires_at: Option<Micros>,
     pub purge_after: Option<Micros>,
     pub ttl: Option<i64>,
+    pub checkpoint: Checkpoint<'m>,
 }
 
 /// How a message recorded by idem_consume is stored (`consumes::ConsumeRequest::write`).
@@ -96,6 +102,7 @@ impl<'m> KeyRow<'m> {
                 lease_expires_at: stored.lease_expires_at,
                 expires_at: not_null(stored.purge_after, "purge_after"),
                 ttl_us: None,
+                checkpoint: stored.checkpoint,
             };
         };
         KeyRow {
@@ -108,6 +115,7 @@ impl<'m> KeyRow<'m> {
             lease_expires_at: stored.lease_expires_at,
             expires_at,
             ttl_us: Some(not_null(stored.ttl, "ttl")),
+            checkpoint: stored.checkpoint,
         }
     }
 }

@@ -65,6 +65,7 @@ mod tests {
             lease_expires_at: Some(NOW + 30 * SECOND),
             expires_at: NOW + 3600 * SECOND,
             ttl_us: Some(3600 * SECOND),
+            checkpoint: (Some("charged".into()), None),
         }
     }
 
@@ -102,6 +103,7 @@ mod tests {
             expires_at: None,
             purge_after: None,
             ttl: None,
+            checkpoint: (None, None),
         };
         for (column, assign) in write.assignments() {
             let value = match assign {
@@ -191,7 +193,7 @@ mod tests {
                 match plan(Some(read(rows)), false, &request, now) {
                     Plan::Answer(ClaimOutcome::Replay(_)) => "replay",
                     Plan::Answer(ClaimOutcome::Mismatch) => "mismatch",
-                    Plan::Claim(a) if a == Attempt::FIRST => "claimed",
+                    Plan::Claim(a, _) if a == Attempt::FIRST => "claimed",
                     _ => "other",
                 }
             };

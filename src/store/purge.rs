@@ -302,6 +302,7 @@ mod tests {
                         expires_at,
                         purge_after: Some(purge_after),
                         ttl: (!message_row).then_some(0),
+                        checkpoint: (None, None),
                     });
                     let seen = row.seen(true);
                     let in_rust = (

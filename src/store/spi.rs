@@ -51,7 +51,8 @@ enum Stmt {
 }
 
 const KEY_COLUMNS: &str = "k.state, k.request_hash, k.attempt, k.response_code, k.response_body, \
-     k.lease_expires_at, k.expires_at, k.fence, k.ttl, k.purge_after";
+     k.lease_expires_at, k.expires_at, k.fence, k.ttl, k.purge_after, k.checkpoint_phase, \
+     k.checkpoint_data";
 
 const WHERE_KEY: &str = "k.tenant OPERATOR(pg_catalog.=) $1 AND k.key OPERATOR(pg_catalog.=) $2";
 
@@ -92,6 +93,7 @@ fn read_key_row<'m>(table: &SpiTupleTable<'_>, memory: CallMemory<'m>) -> Option
         fence: get_i64(table, 8),
         ttl: raw(table, 9).map(interval_micros),
         purge_after: get_i64(table, 10),
+        checkpoint: (get_string(table, 11), get_jsonb(table, 12, memory)),
     }))
 }
 
@@ -127,10 +129,12 @@ fn lookup_for_update<'m>(
 /// The text of the statement that applies a write of `shape` (`RowWrite::shape`) to the key
 /// $1/$2, its values from $3 on in `Column` order: an INSERT of a new row (ON CONFLICT DO
 /// NOTHING: nothing is returned when another transaction inserted the key) or an UPDATE of the
-/// key's row. Either returns the row's checkpoint after the write.
+/// key's row. Either returns a row for the row it wrote: the claim knows the checkpoint it
+/// keeps already (`claims::Plan::Claim`), and a rule that does INSTEAD of pg_idem's write must
+/// then say what it returns, or the statement fails, rather than report a row never written.
 fn write_sql(new_row: bool, write: &RowWrite<'_>) -> String {
     let params = (3..).map(|n| format!("${n}"));
-    let returning = "RETURNING k.checkpoint_phase, k.checkpoint_data";
+    let returning = "RETURNING true";
     if new_row {
         let columns: Vec<&str> = write.assignments().map(|(c, _)| c.name()).collect();
         let values: Vec<String> = params.take(columns.len()).collect();
@@ -191,20 +195,15 @@ fn arg<'a>(column: Column, assign: Assign<'a>) -> DatumWithOid<'a> {
     }
 }
 
-/// The checkpoint of a row after a write.
-type Checkpoint<'m> = (Option<String>, Option<Jsonb<'m>>);
-
-/// Applies `write` to the key: inserts its row (`new_row`) or updates it. The row's checkpoint
-/// after the write; None when nothing was written (another transaction inserted the key first,
-/// or the row was purged meanwhile).
-fn apply<'m>(
+/// Applies `write` to the key: inserts its row (`new_row`) or updates it. False when nothing
+/// was written (another transaction inserted the key first, or the row was purged meanwhile).
+fn apply(
     client: &Client<'_, '_>,
     tenant: &str,
     key: &str,
     new_row: bool,
     write: &RowWrite<'_>,
-    memory: CallMemory<'m>,
-) -> Option<Checkpoint<'m>> {
+) -> bool {
     let mut args: Vec<DatumWithOid<'_>> = vec![tenant.into(), key.into()];
     args.extend(
         write
@@ -218,7 +217,7 @@ fn apply<'m>(
             .or_insert_with(|| write_sql(new_row, write));
         client.run(text, &args)
     });
-    first_row(table).map(|t| (get_string(&t, 1), get_jsonb(&t, 2, memory)))
+    !table.is_empty()
 }
 
 /// The lock of a key: whoever writes the key on this path takes it first and keeps it until
@@ -267,7 +266,7 @@ pub fn claim<'m>(
         let mut replaced = row.as_ref().map(|r| r.fence);
         // This transaction holds the key lock: the attempt in progress is its own.
         let mine = taken == Taken::AlreadyHeld;
-        let mut attempt = match plan(row, mine, request, now) {
+        let (mut attempt, mut checkpoint) = match plan(row, mine, request, now) {
             // replays, in_progress and mismatch answers only read: give the lock back at once
             Plan::Answer(outcome) => {
                 lock.release(taken);
@@ -275,7 +274,7 @@ pub fn claim<'m>(
             }
             // another transaction is claiming or finishing this key right now
             _ if taken == Taken::Busy => return ClaimOutcome::InProgress(None),
-            Plan::Claim(attempt) => attempt,
+            Plan::Claim(attempt, checkpoint) => (attempt, checkpoint),
         };
         if replaced.is_some() {
             // An expired row, or an expired lease. With the key lock held, nobody but a purge
@@ -284,17 +283,17 @@ pub fn claim<'m>(
             // it left.
             let row = lookup_for_update(client, tenant, key, memory);
             replaced = row.as_ref().map(|r| r.fence);
-            attempt = match plan(row, mine, request, now) {
+            (attempt, checkpoint) = match plan(row, mine, request, now) {
                 Plan::Answer(outcome) => {
                     lock.release(taken);
                     return outcome;
                 }
-                Plan::Claim(attempt) => attempt,
+                Plan::Claim(attempt, checkpoint) => (attempt, checkpoint),
             };
         }
         let fence = fences::next(fence_seq(), replaced);
         let write = request.write(now, fence, attempt);
-        if let Some(checkpoint) = apply(client, tenant, key, replaced.is_none(), &write, memory) {
+        if apply(client, tenant, key, replaced.is_none(), &write) {
             return request.claimed(now, fence, attempt, checkpoint);
         }
         lock.release(taken);
@@ -331,7 +330,7 @@ pub fn fenced(
     let (effect, times) = change.effect(&row);
     match effect {
         Effect::Update(write) => {
-            apply(client, tenant, key, false, &write, memory);
+            apply(client, tenant, key, false, &write);
         }
         Effect::Delete => {
             run(client, Stmt::Forget, &[tenant.into(), key.into()]);
@@ -390,7 +389,7 @@ pub fn consume(
             ConsumePlan::Write(attempt) => attempt,
         };
         let write = request.write(now, row.as_ref().map_or(0, |r| r.fence), attempt, rows);
-        if apply(client, tenant, key, row.is_none(), &write, memory).is_some() {
+        if apply(client, tenant, key, row.is_none(), &write) {
             return Ok(Consumed::New {
                 takeover: attempt.takeover,
             });

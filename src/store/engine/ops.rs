@@ -3,7 +3,6 @@
 //! choice and from the row conversion, which they use.
 
 use pgrx::pg_sys;
-use pgrx::FromDatum;
 
 use super::rows::{changed_under, write_row, Stored};
 use super::Keys;
@@ -15,7 +14,6 @@ use crate::rules::claims::{plan, ClaimOutcome, ClaimRequest, Plan, CLAIM_ROUNDS}
 use crate::rules::consumes::{plan_consume, ConsumePlan, ConsumeRequest, Consumed};
 use crate::rules::fenced::{Effect, Fenced, FencedChange, FencedTimes, Refused};
 use crate::rules::key_row::KeyRow;
-use crate::rules::row_write::Column;
 use crate::store::{fences, prevent_if_read_only, snapshot_per_transaction, wait_for};
 
 // ---------------------------------------------------------------------------------------------
@@ -67,9 +65,9 @@ pub fn claim<'m>(
         let purgeable = row.as_ref().is_some_and(|r| r.is_purgeable(now));
         let replaced = row.as_ref().map(|r| r.fence);
         let mine = seen.as_ref().is_some_and(|f| f.holder == Holder::Me);
-        let attempt = match plan(row, mine, request, now) {
+        let (attempt, checkpoint) = match plan(row, mine, request, now) {
             Plan::Answer(outcome) => return outcome,
-            Plan::Claim(attempt) => attempt,
+            Plan::Claim(attempt, checkpoint) => (attempt, checkpoint),
         };
         prevent_if_read_only(if seen.is_some() { c"UPDATE" } else { c"INSERT" });
         let writer = match writer {
@@ -91,25 +89,7 @@ pub fn claim<'m>(
                 let fence = fences::next(keys.catalog.fence_seq, replaced);
                 let write = request.write(now, fence, attempt);
                 match write_row(keys, seen.as_ref(), tenant, key, &write) {
-                    Stored::Yes(values, nulls) => {
-                        let c = &keys.catalog.columns;
-                        let column = |column: Column| {
-                            let attno = c.of(column);
-                            (!nulls[attno - 1]).then(|| values[attno - 1])
-                        };
-                        let checkpoint = (
-                            column(Column::CheckpointPhase)
-                                // SAFETY: checkpoint_phase is a text column; the datum lives
-                                // with `seen` (kept) or was just built (set).
-                                .and_then(|d| unsafe { <&str as FromDatum>::from_datum(d, false) })
-                                .map(str::to_owned),
-                            column(Column::CheckpointData)
-                                // SAFETY: checkpoint_data is a jsonb column; the datum lives
-                                // with `seen` (kept) or was just built (set).
-                                .map(|d| unsafe { memory.copy_jsonb(d) }),
-                        );
-                        return request.claimed(now, fence, attempt, checkpoint);
-                    }
+                    Stored::Yes => return request.claimed(now, fence, attempt, checkpoint),
                     other => other,
                 }
             }
@@ -118,7 +98,7 @@ pub fn claim<'m>(
             Stored::HeldBy(xid) if purgeable => wait_for(xid),
             Stored::HeldBy(_) => return ClaimOutcome::InProgress(None),
             Stored::Changed => changed_under(request.function, tenant, key),
-            Stored::Taken | Stored::Yes(..) => {}
+            Stored::Taken | Stored::Yes => {}
         }
     }
     ClaimOutcome::InProgress(None)
@@ -177,7 +157,7 @@ pub fn consume(
             keys.message_rows(),
         );
         match write_row(keys, latest.as_ref(), tenant, key, &write) {
-            Stored::Yes(..) => {
+            Stored::Yes => {
                 return Ok(Consumed::New {
                     takeover: attempt.takeover,
                 })

@@ -52,6 +52,14 @@ impl Keys {
             expires_at: self.i64_of(found, Column::ExpiresAt),
             purge_after: self.i64_of(found, Column::PurgeAfter),
             ttl: datum(Column::Ttl).map(interval_micros),
+            checkpoint: (
+                datum(Column::CheckpointPhase)
+                    // SAFETY: checkpoint_phase is a text column; the value lives with `found`.
+                    .and_then(|d| unsafe { <&str as FromDatum>::from_datum(d, false) })
+                    .map(str::to_owned),
+                // SAFETY: checkpoint_data is a jsonb column; the value lives with `found`.
+                datum(Column::CheckpointData).map(|d| unsafe { memory.copy_jsonb(d) }),
+            ),
         })
     }
 
@@ -127,8 +135,8 @@ pub(super) fn changed_under(function: &str, tenant: &str, key: &str) {
 
 /// What writing a row gave.
 pub(super) enum Stored {
-    /// Written: the values of the new row.
-    Yes(Vec<pg_sys::Datum>, Vec<bool>),
+    /// Written.
+    Yes,
     /// Another transaction inserted the key since it was read: this one's row was taken back.
     Taken,
     /// Another running transaction changes or locks the row.
@@ -152,16 +160,16 @@ pub(super) fn write_row(
             .table
             .insert(keys.catalog.primary_key, &mut values, &mut nulls)
         {
-            Inserted::Yes => Stored::Yes(values, nulls),
+            Inserted::Yes => Stored::Yes,
             Inserted::Taken => Stored::Taken,
         },
         Some(found) => match keys.table.update(found, &mut values, &mut nulls, false) {
-            Write::Done => Stored::Yes(values, nulls),
+            Write::Done => Stored::Yes,
             Write::Busy(xid) => Stored::HeldBy(xid),
             Write::Changed => Stored::Changed,
         },
     };
-    if matches!(stored, Stored::Yes(..)) {
+    if matches!(stored, Stored::Yes) {
         keys.remember_written(tenant, key);
     }
     stored
