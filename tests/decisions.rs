@@ -110,42 +110,37 @@ fn attempt_answer(verb: &str, attempt: i32) -> String {
     }
 }
 
-#[test]
-fn claims_decide_as_the_table_says_on_every_path() {
-    let table = table();
+/// Runs the cases of `kind` that ask about a row made as the table says: for each, the row is
+/// made (committed before, or in the asking transaction when it is the caller's own), `ask`
+/// answers for the key in that transaction (with pg_idem.reject_stale_uuidv7 on when the case
+/// says the key is a stale UUIDv7), and the answer must be the table's; then it rolls back.
+fn run_row_cases(
+    table: &Value,
+    kind: &str,
+    ask: impl Fn(&mut postgres::Transaction<'_>, &str, &Value) -> String,
+) {
     on_every_path(|db, path| {
-        for (n, case) in cases(&table, "claims").iter().enumerate() {
-            let what = format!("{path}claim: {}", text(case, "case"));
+        for (n, case) in cases(table, kind).iter().enumerate() {
+            let what = format!("{path}{kind}: {}", text(case, "case"));
             let key = if flag(case, "stale_key") {
                 // a UUIDv7 of 2020-09-13: older than its ttl
                 format!("01748a3a-1f40-7000-8{n:03}-{:012}", path.len())
             } else {
-                format!("claim-{path}{n}")
+                format!("{kind}-{path}{n}")
             };
-            if !case["row"].is_null() && !flag(case, "mine") {
-                make_row(db, &key, &case["row"]);
+            let (row, mine) = (&case["row"], flag(case, "mine"));
+            if !row.is_null() && !mine {
+                make_row(db, &key, row);
             }
             let mut tx = db.transaction().unwrap();
-            tx.batch_execute(if flag(case, "stale_key") {
-                "SET LOCAL pg_idem.reject_stale_uuidv7 = on"
-            } else {
-                "SET LOCAL pg_idem.reject_stale_uuidv7 = off"
-            })
-            .unwrap();
-            if !case["row"].is_null() && flag(case, "mine") {
-                make_row(&mut tx, &key, &case["row"]);
+            if flag(case, "stale_key") {
+                tx.batch_execute("SET LOCAL pg_idem.reject_stale_uuidv7 = on")
+                    .unwrap();
             }
-            let got = match try_claim(&mut tx, "t", &key, OUR_REQUEST, None, None) {
-                Ok(c) => match c.outcome.as_str() {
-                    "claimed" => attempt_answer("claim", c.attempt.expect("an attempt")),
-                    "completed" | "failed" => {
-                        assert_eq!(c.outcome, text(&case["row"], "state"), "{what}");
-                        "replay".into()
-                    }
-                    other => other.to_string(),
-                },
-                Err(e) => panic!("{what}: {e:?}"),
-            };
+            if !row.is_null() && mine {
+                make_row(&mut tx, &key, row);
+            }
+            let got = ask(&mut tx, &key, case);
             assert_eq!(got, text(case, "expect"), "{what}");
             tx.rollback().unwrap();
         }
@@ -153,44 +148,47 @@ fn claims_decide_as_the_table_says_on_every_path() {
 }
 
 #[test]
+fn claims_decide_as_the_table_says_on_every_path() {
+    run_row_cases(&table(), "claims", |tx, key, case| {
+        match try_claim(tx, "t", key, OUR_REQUEST, None, None) {
+            Ok(c) => match c.outcome.as_str() {
+                "claimed" => attempt_answer("claim", c.attempt.expect("an attempt")),
+                "completed" | "failed" => {
+                    assert_eq!(c.outcome, text(&case["row"], "state"), "{case}");
+                    "replay".into()
+                }
+                other => other.to_string(),
+            },
+            Err(e) => panic!("{case}: {e:?}"),
+        }
+    });
+}
+
+#[test]
 fn consumes_decide_as_the_table_says_on_every_path() {
-    let table = table();
-    on_every_path(|db, path| {
-        for (n, case) in cases(&table, "consumes").iter().enumerate() {
-            let what = format!("{path}consume: {}", text(case, "case"));
-            let key = format!("consume-{path}{n}");
-            if !case["row"].is_null() && !flag(case, "mine") {
-                make_row(db, &key, &case["row"]);
+    run_row_cases(&table(), "consumes", |tx, key, case| {
+        match tx.query_one("SELECT idem_consume('t', $1)", &[&key]) {
+            Ok(row) if row.get::<_, bool>(0) => {
+                let attempt: i32 = tx
+                    .query_one(
+                        "SELECT COALESCE(attempt, 1) FROM idem.keys \
+                          WHERE tenant = 't' AND key = $1",
+                        &[&key],
+                    )
+                    .expect("the message's row")
+                    .get(0);
+                attempt_answer("write", attempt)
             }
-            let mut tx = db.transaction().unwrap();
-            if !case["row"].is_null() && flag(case, "mine") {
-                make_row(&mut tx, &key, &case["row"]);
+            Ok(_) => "duplicate".to_string(),
+            Err(e) if sqlstate(&e) == "55P03" => {
+                let detail = e.as_db_error().and_then(|d| d.detail()).unwrap_or("");
+                if detail.starts_with("This transaction claimed it") {
+                    "held mine".to_string()
+                } else {
+                    "held".to_string()
+                }
             }
-            let got = match tx.query_one("SELECT idem_consume('t', $1)", &[&key]) {
-                Ok(row) if row.get::<_, bool>(0) => {
-                    let attempt: i32 = tx
-                        .query_one(
-                            "SELECT COALESCE(attempt, 1) FROM idem.keys \
-                              WHERE tenant = 't' AND key = $1",
-                            &[&key],
-                        )
-                        .expect("the message's row")
-                        .get(0);
-                    attempt_answer("write", attempt)
-                }
-                Ok(_) => "duplicate".to_string(),
-                Err(e) if sqlstate(&e) == "55P03" => {
-                    let detail = e.as_db_error().and_then(|d| d.detail()).unwrap_or("");
-                    if detail.starts_with("This transaction claimed it") {
-                        "held mine".to_string()
-                    } else {
-                        "held".to_string()
-                    }
-                }
-                Err(e) => panic!("{what}: {e:?}"),
-            };
-            assert_eq!(got, text(case, "expect"), "{what}");
-            tx.rollback().unwrap();
+            Err(e) => panic!("{case}: {e:?}"),
         }
     });
 }
