@@ -33,13 +33,8 @@ fn idem_claim(
     let (tenant, key) = check(args::tenant_and_key(tenant, key, "key"));
     let request_hash = check(args::request_hash(request_hash));
     tenants::check_access(tenant);
-    let request = claim_request(
-        "idem_claim",
-        tenant,
-        key,
-        request_hash,
-        lease_and_ttl(lease, ttl),
-    );
+    let times = lease_and_ttl(lease, ttl);
+    let request = claim_request("idem_claim", tenant, key, request_hash, times);
     // SAFETY: in idem_claim's memory context; the outcome is shaped into its result before it
     // returns, so 'm is this call.
     let memory = unsafe { CallMemory::current() };
