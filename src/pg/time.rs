@@ -6,8 +6,9 @@ use pgrx::pg_sys;
 
 use crate::errors;
 
-/// Microseconds since 2000-01-01 UTC: PostgreSQL's TimestampTz.
-pub type Micros = i64;
+/// Microseconds since 2000-01-01 UTC: PostgreSQL's TimestampTz (defined with the decisions
+/// that compare such times, in rules/).
+pub use pg_idem_rules::Micros;
 
 /// The server clock, read once per call so that all comparisons in one call agree.
 pub fn clock() -> Micros {
