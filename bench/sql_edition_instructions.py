@@ -8,6 +8,7 @@ edition against the hand-written patterns, the same on a busy machine as on a qu
     python3 bench/sql_edition_instructions.py --smoke     # the test command: consume only, 10 transactions
     python3 bench/sql_edition_instructions.py --pg 15 --native --n 300   # and the native edition
     python3 bench/sql_edition_instructions.py --pg 15 --guard bench/report/native-instructions.json
+    python3 bench/sql_edition_instructions.py --pg 15 --groups consume --profile /tmp/prof   # then bench/profile_diff.py
 
 TPS on a shared 2-core VM moves by 20% from one minute to the next; a change of a few percent
 in what a call costs is lost in it. A count of instructions is not: it is what the backend
@@ -97,6 +98,15 @@ SCENARIOS = {
         "payments (tenant, idem_key, amount_cents, currency) SELECT $1, message_id, $3, 'EUR' FROM new RETURNING 1) "
         "SELECT 1 / (count(*) = 100)::int FROM paid;\n",
         "BEGIN;\nEXECUTE c('{t}', '{k}', {i});\nCOMMIT;\n"),
+    # a message delivered again: one statement per transaction over a pool of 500 processed ones
+    "inbox_redelivery": (
+        "PREPARE c(int) AS WITH new AS (INSERT INTO processed_messages (subscriber_id, message_id) "
+        "VALUES ('t' || ($1 % 100 + 1), 'redelivered/' || $1) ON CONFLICT DO NOTHING RETURNING 1) "
+        "SELECT 1 / (NOT EXISTS (SELECT FROM new))::int;\n",
+        "EXECUTE c({j});\n"),
+    "consume_redelivery": (
+        "PREPARE c(int) AS SELECT 1 / (NOT idem_consume('t' || ($1 % 100 + 1), 'redelivered/' || $1))::int;\n",
+        "EXECUTE c({j});\n"),
     "handrolled_replay": (
         f"PREPARE r(int) AS WITH s AS (SELECT 't' || ($1 % 100 + 1) AS tenant, md5('replay/' || $1)::uuid::text AS k), "
         f"ins AS (INSERT INTO handrolled_keys (tenant, key, request_hash, status, expires_at) SELECT s.tenant, s.k, '{H}', "
@@ -110,10 +120,10 @@ SCENARIOS = {
         f"LATERAL idem_claim(s.tenant, s.k, '{H}') AS c;\n",
         "EXECUTE r({j});\n"),
 }
-HAND = {"handrolled", "plpgsql", "inbox", "inbox_batch", "handrolled_replay"}
+HAND = {"handrolled", "plpgsql", "inbox", "inbox_batch", "handrolled_replay", "inbox_redelivery"}
 PAIRS = [("fresh", "handrolled", "pg_idem"), ("fresh (reference)", "plpgsql", None),
          ("consume", "inbox", "consume"), ("consume_many, 100 messages", "inbox_batch", "consume_batch"),
-         ("replay", "handrolled_replay", "replay")]
+         ("replay", "handrolled_replay", "replay"), ("redelivery", "inbox_redelivery", "consume_redelivery")]
 POOL = 500
 
 
@@ -129,6 +139,12 @@ def _prologue(scenario: str, edition: bool) -> str:
                 f"'t' || (i % 100 + 1), md5('replay/' || i)::uuid::text, '{H}') AS c; PERFORM idem_complete("
                 f"'t' || (i % 100 + 1), md5('replay/' || i)::uuid::text, f, 200, jsonb_build_object('payment_id', i, "
                 f"'status', 'succeeded')); END LOOP; END $$;\nVACUUM ANALYZE idem.keys;\n")
+    if scenario in ("inbox_redelivery", "consume_redelivery"):
+        target = ("DO $$ BEGIN FOR i IN 1..{n} LOOP PERFORM idem_consume('t' || (i % 100 + 1), 'redelivered/' || i); "
+                  "END LOOP; END $$;\nVACUUM ANALYZE idem.keys;\n" if edition else
+                  "INSERT INTO processed_messages (subscriber_id, message_id) SELECT 't' || (i % 100 + 1), "
+                  "'redelivered/' || i FROM generate_series(1, {n}) i;\nVACUUM ANALYZE processed_messages;\n")
+        return ("TRUNCATE processed_messages" + (", idem.keys" if edition else "") + ";\n" + target.format(n=POOL))
     if scenario == "handrolled_replay":
         return ("TRUNCATE handrolled_keys;\nINSERT INTO handrolled_keys (tenant, key, request_hash, status, "
                 f"response_code, response_body, expires_at) SELECT 't' || (i % 100 + 1), md5('replay/' || i)::uuid::text, "
@@ -139,7 +155,7 @@ def _prologue(scenario: str, edition: bool) -> str:
 
 
 def count(datadir: str, db: str, scenario: str, n: int, edition: bool, workdir: str,
-          preload: bool = False) -> tuple[int, list[str]]:
+          preload: bool = False, keep: Path | None = None) -> tuple[int, list[str]]:
     """Instructions of one single-user backend running 50 + n transactions of `scenario`."""
     prep, line = SCENARIOS[scenario]
     body = "".join(line.format(t=f"t{i % 100 + 1}", k=f"{scenario}-{n}-{i}", i=i, j=i % POOL + 1)
@@ -164,7 +180,10 @@ def count(datadir: str, db: str, scenario: str, n: int, edition: bool, workdir: 
     m = re.search(r"^summary: (\d+)", out.read_text(), re.M) if out.exists() else None
     if not m:
         raise BenchError(f"callgrind wrote no summary for {db}/{scenario}:\n{res.stderr[-2000:]}")
-    out.unlink()
+    if keep:    # --profile: the run's whole profile, for callgrind_annotate
+        shutil.move(str(out), keep / f"{db}-{scenario}-{n}.callgrind")
+    else:
+        out.unlink()
     script.unlink()
     return int(m.group(1)), errors
 
@@ -222,6 +241,8 @@ def main(argv=None) -> int:
     p.add_argument("--native", action="store_true", help="count the native edition too (database native)")
     p.add_argument("--guard", metavar="FILE", help="fail when a native count exceeds FILE's by its tolerance")
     p.add_argument("--write-guard", metavar="FILE", help="write the native counts of this run to FILE")
+    p.add_argument("--profile", metavar="DIR", help="keep each counted run's callgrind profile in DIR "
+                   "(the runs with 0 and with N transactions after the warm-up: bench/profile_diff.py)")
     p.add_argument("--build", default="debug", help="what --write-guard records the build as (default debug)")
     args = p.parse_args(argv)
     if args.smoke:
@@ -246,6 +267,9 @@ def main(argv=None) -> int:
         return 2
     if args.pg:
         use_pg(args.pg)
+    keep = Path(args.profile).resolve() if args.profile else None
+    if keep:
+        keep.mkdir(parents=True, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="pg_idem_sqled_instr.")
     os.chmod(workdir, 0o777)
     server = Server(["jit = off"])
@@ -284,8 +308,8 @@ def main(argv=None) -> int:
                     continue
                 n = max(10, args.n // 10) if sc.endswith("_batch") else args.n   # 100 messages each
                 preload = db == "native"
-                a, _ = count(f"{server.dir}/data", db, sc, 0, is_edition, workdir, preload)
-                b, errors = count(f"{server.dir}/data", db, sc, n, is_edition, workdir, preload)
+                a, _ = count(f"{server.dir}/data", db, sc, 0, is_edition, workdir, preload, keep)
+                b, errors = count(f"{server.dir}/data", db, sc, n, is_edition, workdir, preload, keep)
                 if errors:
                     raise BenchError(f"{db}/{sc}: {errors[:3]}")
                 results[(db, sc)] = (b - a) / n / 1000
