@@ -345,15 +345,12 @@ $$;
 
 -- The owner's settings for the role this session logged in as, read from the tables, after
 -- idem.keys_as_created(). Declared IMMUTABLE, which it is not, on purpose, like
--- idem.keys_as_created(): idem.owner_settings() calls it where the planner runs it once and
--- keeps the result as a constant in the cached plan of that expression, which names idem.keys,
--- idem.settings and idem.role_settings (regclass constants, watched by PostgreSQL's plan cache
--- as it watches a sequence named by nextval). The plan is made again when one of them changes:
--- idem.keys by DDL, the settings tables by any write (their statement trigger,
--- idem.settings_changed). So a call reads no table; a write of the owner reaches every session
--- from its next call. (The role's rows come first, as ALTER ROLE ... SET's before ALTER
--- DATABASE's; a role is the one the session logged in as, as for ALTER ROLE ... SET, which SET
--- ROLE does not change.)
+-- idem.keys_as_created(): the planner runs it once where idem.owner_settings() is inlined into
+-- a call's expression, and keeps the result as a constant of that expression's cached plan
+-- (idem.owner_settings_now below says when the plan is made again). So a call reads no table;
+-- a write of the owner reaches every session from its next call. (The role's rows come first,
+-- as ALTER ROLE ... SET's before ALTER DATABASE's; a role is the one the session logged in as,
+-- as for ALTER ROLE ... SET, which SET ROLE does not change.)
 CREATE FUNCTION idem.owner_settings_of_session() RETURNS idem.owner_settings
 LANGUAGE plpgsql IMMUTABLE
 AS $$
@@ -391,18 +388,34 @@ BEGIN
 END
 $$;
 
--- A write of the settings tables makes the plans that name them be made again (see above):
--- a GRANT to the table's owner of what it has, which changes nothing but sends the relation's
--- invalidation, as any change of its pg_class row does. Only the owner (or a superuser) can
--- write the tables, and so run this.
+-- The owner's settings of this session, as a constant of the plan of every expression that
+-- calls it (idem.owner_settings_of_session). Inlined there (a LANGUAGE sql function of one
+-- SELECT), so that PostgreSQL's plan cache makes that plan again, in every session, when
+--   - idem.keys changes (DDL, and any change of its pg_class row): the regclass constant below
+--     stays in the plan, which the plan cache watches as it watches a table a statement reads
+--     (the lookup of its file number costs a call one catalog cache hit);
+--   - idem.settings or idem.role_settings is written: their statement trigger writes this
+--     function again (idem.settings_changed), and a plan depends on the functions it inlined.
+-- The plan made again runs idem.keys_as_created() and reads the tables again. A call reads no
+-- table, and runs no statement for its settings.
+CREATE FUNCTION idem.owner_settings_now() RETURNS idem.owner_settings
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN pg_catalog.pg_relation_filenode('idem.keys'::pg_catalog.regclass) IS NULL THEN NULL
+                ELSE idem.owner_settings_of_session() END
+$$;
+
+-- A write of the settings tables makes the plans that inlined idem.owner_settings_now() be
+-- made again (see above): the function written again, with the same body, is a change of its
+-- pg_proc row, which PostgreSQL sends to every session. Only the owner (or a superuser) can
+-- write the tables, and so run this (it owns the function, or is a superuser).
 CREATE FUNCTION idem.settings_changed() RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    EXECUTE pg_catalog.format('GRANT SELECT ON TABLE idem.%I TO %I', TG_TABLE_NAME,
-        (SELECT r.rolname FROM pg_catalog.pg_class AS c
-           JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) c.relowner
-          WHERE c.oid OPERATOR(pg_catalog.=) TG_RELID));
+    EXECUTE pg_catalog.format('CREATE OR REPLACE FUNCTION idem.owner_settings_now() RETURNS idem.owner_settings LANGUAGE sql STABLE AS %L',
+        (SELECT p.prosrc FROM pg_catalog.pg_proc AS p
+          WHERE p.oid OPERATOR(pg_catalog.=) 'idem.owner_settings_now()'::pg_catalog.regprocedure));
     RETURN NULL;
 END
 $$;
@@ -411,34 +424,14 @@ CREATE TRIGGER settings_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON 
 CREATE TRIGGER settings_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idem.role_settings
     FOR EACH STATEMENT EXECUTE FUNCTION idem.settings_changed();
 
--- The owner's settings of one call. `warn`: whether to check the session's own settings
--- (idem.warn_session_settings), which a function a parallel worker may run must not (it keeps
--- what it saw with set_config).
-CREATE FUNCTION idem.owner_settings(warn boolean DEFAULT true) RETURNS idem.owner_settings
-LANGUAGE plpgsql STABLE
+-- What this session set of the settings only pg_idem's owner may change (idem.owner_settings).
+CREATE FUNCTION idem.session_owner_settings() RETURNS text
+LANGUAGE sql STABLE
 AS $$
-DECLARE
-    ignored text;
-BEGIN
-    IF warn THEN
-        -- what this session set of the settings it cannot change, as last seen: said once
-        ignored := 'tenant_grants=' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting('pg_idem.tenant_grants', true), '')
-            OPERATOR(pg_catalog.||) ' max_key_length=' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting('pg_idem.max_key_length', true), '')
-            OPERATOR(pg_catalog.||) ' max_response_bytes=' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting('pg_idem.max_response_bytes', true), '')
-            OPERATOR(pg_catalog.||) ' max_batch_keys=' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting('pg_idem.max_batch_keys', true), '');
-        IF ignored OPERATOR(pg_catalog.<>) COALESCE(pg_catalog.current_setting('pg_idem_sql_edition.seen', true), '') THEN
-            PERFORM idem.warn_session_settings(ignored);
-        END IF;
-    END IF;
-    -- a constant of this statement's cached plan (idem.owner_settings_of_session above): the
-    -- regclass constants are what PostgreSQL's plan cache watches. A statement, not an
-    -- expression without one: PL/pgSQL checks such a simple expression's plan without the
-    -- invalidations of the relations it names
-    RETURN (SELECT idem.owner_settings_of_session()
-             WHERE 'idem.keys'::pg_catalog.regclass IS NOT NULL
-               AND 'idem.settings'::pg_catalog.regclass IS NOT NULL
-               AND 'idem.role_settings'::pg_catalog.regclass IS NOT NULL);
-END
+    SELECT 'tenant_grants=' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting('pg_idem.tenant_grants', true), '')
+        OPERATOR(pg_catalog.||) ' max_key_length=' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting('pg_idem.max_key_length', true), '')
+        OPERATOR(pg_catalog.||) ' max_response_bytes=' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting('pg_idem.max_response_bytes', true), '')
+        OPERATOR(pg_catalog.||) ' max_batch_keys=' OPERATOR(pg_catalog.||) COALESCE(pg_catalog.current_setting('pg_idem.max_batch_keys', true), '')
 $$;
 
 -- A session's settings that the SQL edition does not follow, each said once per session with
@@ -493,6 +486,41 @@ BEGIN
     END LOOP;
     PERFORM pg_catalog.set_config('pg_idem_sql_edition.seen', seen, false);
 END
+$$;
+
+-- The owner's settings of a call that checks the session's own settings first
+-- (idem.owner_settings): said once, and again only when the session sets one again.
+CREATE FUNCTION idem.owner_settings_said() RETURNS idem.owner_settings
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF idem.session_owner_settings()
+       OPERATOR(pg_catalog.<>) COALESCE(pg_catalog.current_setting('pg_idem_sql_edition.seen', true), '') THEN
+        PERFORM idem.warn_session_settings(idem.session_owner_settings());
+    END IF;
+    RETURN idem.owner_settings_now();
+END
+$$;
+
+-- The owner's settings of one call, inlined into the call's own expression: no frame and no
+-- statement for the usual session, which has called before (pg_idem_sql_edition.seen is set)
+-- and has never set one of the settings only pg_idem's owner may change (each is NULL, not
+-- even a placeholder). Any other session checks them (idem.owner_settings_said). `warn`:
+-- whether to check, which a function a parallel worker may run must not (the check keeps what
+-- it saw with set_config). Each function in a call's expression costs the call a lookup and a
+-- permission check in every transaction: five NULL tests, not the comparison of what was said.
+CREATE FUNCTION idem.owner_settings(warn boolean DEFAULT true) RETURNS idem.owner_settings
+-- VOLATILE, so that it is inlined with the check's call in it
+LANGUAGE sql
+AS $$
+    SELECT CASE WHEN NOT warn
+                     OR (pg_catalog.current_setting('pg_idem_sql_edition.seen', true) IS NOT NULL
+                         AND pg_catalog.current_setting('pg_idem.tenant_grants', true) IS NULL
+                         AND pg_catalog.current_setting('pg_idem.max_key_length', true) IS NULL
+                         AND pg_catalog.current_setting('pg_idem.max_response_bytes', true) IS NULL
+                         AND pg_catalog.current_setting('pg_idem.max_batch_keys', true) IS NULL)
+                THEN idem.owner_settings_now()
+                ELSE idem.owner_settings_said() END
 $$;
 
 -- A session setting (placeholder) as microseconds: default_us when it is unset or ''; else

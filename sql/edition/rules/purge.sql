@@ -59,6 +59,11 @@ $$;
 CREATE FUNCTION idem.purge_in_passing(now timestamptz, tenant text, batch integer) RETURNS void
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    -- read in an expression of its own, whose plan is kept: a statement with parameters is
+    -- planned again for its first five runs, and each plan reads the settings again
+    -- (idem.owner_settings_now). The call that purges checked the session's settings already.
+    tenant_grants boolean := (idem.owner_settings(warn => false)).tenant_grants;
 BEGIN
     -- the callers call it one time in eight (random() < 0.125): the check costs nothing then
     IF COALESCE((SELECT s.value::pg_catalog.bool FROM idem.settings AS s
@@ -74,7 +79,7 @@ BEGIN
         -- with tenant grants on, only the caller's tenant: it locks what it deletes until the
         -- caller's transaction ends, and must hold no other tenant's keys
         PERFORM idem.purge_batch(now, batch,
-            CASE WHEN (idem.owner_settings()).tenant_grants THEN ARRAY[tenant] END, true);
+            CASE WHEN tenant_grants THEN ARRAY[tenant] END, true);
     END IF;
 END
 $$;
