@@ -91,7 +91,7 @@ BEGIN
         ELSIF inserted_before THEN
             -- a repeat of a message this call wrote: processed already
             CONTINUE;
-        ELSIF idem.consume('idem_consume_many', tenant, message, ttl_us, now) THEN
+        ELSIF idem.consume('idem_consume_many', tenant, message, ttl_us, now, false) THEN
             RETURN NEXT message;
         END IF;
     END LOOP;

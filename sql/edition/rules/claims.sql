@@ -105,7 +105,10 @@ BEGIN
             RETURN result;
         END IF;
         IF NOT locked THEN
-            PERFORM idem.prevent_if_read_only('INSERT');
+            IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+                -- (tested inline: a PERFORM is a statement, which a claim pays in microseconds)
+                PERFORM idem.prevent_if_read_only('INSERT');
+            END IF;
             -- held, the key lock says that a transaction is claiming or finishing this key
             -- right now, or that some role took an id it saw in pg_locks:
             -- idem.key_held_elsewhere asks the row

@@ -7,7 +7,10 @@
 -- message, or the row lock, waits for a transaction claiming, finishing or consuming the key
 -- (until it ends), and the decision is made on what it left. A new message is a narrow row
 -- (sql/schema.sql): its key, state 'c' and its expiry in purge_after, every other column NULL.
-CREATE FUNCTION idem.consume(function text, tenant text, key text, ttl_us bigint, now timestamptz) RETURNS boolean
+-- `insert_first`: try the insert of a new message before anything else (false where the
+-- caller saw the key's row already: idem_consume_many).
+CREATE FUNCTION idem.consume(function text, tenant text, key text, ttl_us bigint, now timestamptz,
+                             insert_first boolean DEFAULT true) RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 -- the ON CONFLICT below names the primary key's columns, not the constraint: a DBA's rebuilt
@@ -15,13 +18,35 @@ AS $$
 -- its name; the columns are the table's, not this function's parameters of the same names
 #variable_conflict use_column
 DECLARE
-    lock_id bigint := idem.key_lock_id(tenant, key);
+    lock_id bigint;
     r idem.key_row;
     mine boolean := false;
     new_attempt integer;
     expiry timestamptz := idem.after(now, ttl_us);
     inserted boolean;
 BEGIN
+    IF insert_first AND NOT pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+        -- a new message (the usual case) in one statement: the row, then the key lock for
+        -- claims to see (only pg_idem's owner writes idem.keys: an insert of the key waits for
+        -- whoever is inserting it). A key that has a row, or an insert that does nothing (a
+        -- row committed meanwhile, a trigger that drops it), writes nothing and takes no lock
+        -- here: the loop below decides it. (One statement locks idem.keys in its write mode
+        -- before it touches an index, which the LOCK TABLE below does for the loop's reads.)
+        WITH written AS (
+            INSERT INTO idem.keys AS k (tenant, key, state, purge_after)
+            VALUES (consume.tenant, consume.key, 'c', expiry)
+            ON CONFLICT (tenant, key) DO NOTHING
+            RETURNING k.tenant, k.key)
+        SELECT pg_catalog.pg_try_advisory_xact_lock(idem.key_lock_id(w.tenant, w.key)) IS NOT NULL INTO inserted
+          FROM written AS w;
+        IF FOUND THEN
+            IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125 THEN
+                PERFORM idem.purge_in_passing(now, tenant, 16);
+            END IF;
+            RETURN true;
+        END IF;
+    END IF;
+    lock_id := idem.key_lock_id(tenant, key);
     -- idem.keys in the mode its writes need, before the first read: a read's weaker lock
     -- upgraded at the write deadlocks with REINDEX, VACUUM FULL or CLUSTER queued in between
     -- (the native engine opens idem.keys in this mode too)
@@ -41,20 +66,6 @@ BEGIN
             -- the insert and the locked read below wait for whoever is claiming, finishing or
             -- consuming the key, and decide on what it left
             PERFORM pg_catalog.pg_try_advisory_xact_lock(lock_id);
-            IF r.state IS NULL THEN
-                -- a new message (the usual case): no second read. A row inserted since the read
-                -- above (or a write a trigger drops) makes this insert do nothing, and the path
-                -- below decides on what there is.
-                INSERT INTO idem.keys AS k (tenant, key, state, purge_after)
-                VALUES (consume.tenant, consume.key, 'c', expiry)
-                ON CONFLICT (tenant, key) DO NOTHING;
-                IF FOUND THEN
-                    IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125 THEN
-                        PERFORM idem.purge_in_passing(now, tenant, 16);
-                    END IF;
-                    RETURN true;
-                END IF;
-            END IF;
             r := idem.read_key(tenant, key, true);
         END IF;
         -- the rule of src/rules/consumes.rs's plan_consume

@@ -17,22 +17,16 @@ DECLARE
     locked boolean;
     placed boolean;
 BEGIN
-    -- idem.keys in the mode its writes need, before the first read: a read's weaker lock
-    -- upgraded at the write deadlocks with REINDEX, VACUUM FULL or CLUSTER queued in between
-    -- (the native engine opens idem.keys in this mode too)
-    LOCK TABLE idem.keys IN ROW EXCLUSIVE MODE;
     IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
         PERFORM idem.prevent_if_read_only(CASE operation WHEN 'release' THEN 'DELETE'
             WHEN 'assert' THEN 'SELECT FOR NO KEY UPDATE' ELSE 'UPDATE' END);
     END IF;
-    -- the key lock, for claims to see (idem.key_held_elsewhere): taken if free, never waited for,
-    -- since a role can take an id it saw in pg_locks; the row lock below is what waits for
-    -- whoever is claiming or finishing the key
-    locked := pg_catalog.pg_try_advisory_xact_lock(idem.key_lock_id(tenant, key));
     IF operation IN ('complete', 'fail') THEN
         -- the usual case in one statement: the key held by this fence, a whole row in progress
-        -- (one read_key accepts). Anything else (and a write a trigger drops) changes nothing
-        -- here, and the path below says what is wrong.
+        -- (one read_key accepts), then the key lock for claims to see (below). Anything else
+        -- (and a write a trigger drops) changes nothing and takes no lock here, and the path
+        -- below says what is wrong. (One statement locks idem.keys in its write mode before
+        -- it touches an index, which the LOCK TABLE below does for the path's separate reads.)
         UPDATE idem.keys AS k
            SET state = CASE operation WHEN 'complete' THEN 'c'::"char" ELSE 'f'::"char" END,
                response_code = fenced.response_code, response_body = fenced.response_body,
@@ -43,12 +37,21 @@ BEGIN
            AND k.fence OPERATOR(pg_catalog.=) fenced.fence AND k.state OPERATOR(pg_catalog.=) 'p'::"char"
            AND k.expires_at IS NOT NULL AND k.request_hash IS NOT NULL AND k.attempt IS NOT NULL
            AND k.ttl IS NOT NULL AND pg_catalog.octet_length(k.request_hash) OPERATOR(pg_catalog.=) 16
-        RETURNING k.expires_at INTO expires_at;
+        RETURNING k.expires_at, pg_catalog.pg_try_advisory_xact_lock(idem.key_lock_id(fenced.tenant, fenced.key))
+             INTO expires_at, locked;
         IF FOUND THEN
             lease_expires_at := NULL;
             RETURN;
         END IF;
     END IF;
+    -- idem.keys in the mode its writes need, before the first read: a read's weaker lock
+    -- upgraded at the write deadlocks with REINDEX, VACUUM FULL or CLUSTER queued in between
+    -- (the native engine opens idem.keys in this mode too)
+    LOCK TABLE idem.keys IN ROW EXCLUSIVE MODE;
+    -- the key lock, for claims to see (idem.key_held_elsewhere): taken if free, never waited for,
+    -- since a role can take an id it saw in pg_locks; the row lock below is what waits for
+    -- whoever is claiming or finishing the key
+    locked := pg_catalog.pg_try_advisory_xact_lock(idem.key_lock_id(tenant, key));
     r := idem.read_key(tenant, key, true);
     IF r.state IS NULL AND NOT locked THEN
         -- no row, and the lock held: a claim may be inserting the key right now, which no read
