@@ -73,7 +73,46 @@ BEGIN
              WHERE k.tenant OPERATOR(pg_catalog.=) claim.tenant AND k.key OPERATOR(pg_catalog.=) claim.key;
         END IF;
         k_found := FOUND;
-        IF k_found AND k_odd THEN
+        IF NOT k_found THEN
+            IF NOT locked AND NOT reject_stale_uuidv7
+               AND NOT pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+                -- a new key (the usual case) in one statement: the key lock, then the row, as the
+                -- rounds below take a key without one (each PL/pgSQL expression a transaction
+                -- evaluates is set up again in that transaction: a few microseconds each)
+                WITH lock AS (
+                    SELECT pg_catalog.pg_try_advisory_xact_lock(idem.key_lock_id(claim.tenant, claim.key)) AS taken,
+                           idem.after(claim.now, claim.lease_us) AS lease_at,
+                           idem.after(claim.now, claim.ttl_us) AS purge_at),
+                written AS (
+                    INSERT INTO idem.keys AS k (tenant, key, fence, attempt, state, request_hash, claimed_at,
+                                                lease_expires_at, expires_at, purge_after, ttl)
+                    SELECT claim.tenant, claim.key, pg_catalog.nextval('idem.fence_seq'::pg_catalog.regclass), 1, 'p',
+                           claim.request_hash, claim.now, l.lease_at, GREATEST(l.purge_at, l.lease_at), l.purge_at,
+                           idem.us_interval(claim.ttl_us)
+                      FROM lock AS l
+                     WHERE l.taken
+                    ON CONFLICT (tenant, key) DO NOTHING
+                    RETURNING k.fence, k.checkpoint_phase, k.checkpoint_data)
+                SELECT l.taken, l.lease_at, l.purge_at, w.fence, w.checkpoint_phase, w.checkpoint_data
+                  INTO locked, lease_at, purge_at, new_fence, phase, data
+                  FROM lock AS l LEFT JOIN written AS w ON true;
+                IF new_fence IS NOT NULL THEN
+                    IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125 THEN
+                        PERFORM idem.purge_in_passing(now, tenant, 16);
+                    END IF;
+                    result := ROW('claimed', new_fence, 1, NULL, NULL, lease_at, GREATEST(purge_at, lease_at), phase, data);
+                    RETURN result;
+                END IF;
+                IF NOT locked AND idem.key_held_elsewhere(tenant, key, false) THEN
+                    result := ROW('in_progress', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+                    RETURN result;
+                END IF;
+                -- the lock taken, and the insert did nothing: a row committed since the read (or a
+                -- trigger that drops the insert): decided below with the lock, as after the rounds'
+                -- own insert
+                CONTINUE;
+            END IF;
+        ELSIF k_odd THEN
             -- impossible data: idem.read_key says what, loudly
             PERFORM idem.read_key(tenant, key, false);
         END IF;
