@@ -36,8 +36,10 @@ BEGIN
             INSERT INTO idem.keys AS k (tenant, key, state, purge_after)
             VALUES (consume.tenant, consume.key, 'c', expiry)
             ON CONFLICT (tenant, key) DO NOTHING
-            RETURNING k.tenant, k.key)
-        SELECT pg_catalog.pg_try_advisory_xact_lock(idem.key_lock_id(w.tenant, w.key)) IS NOT NULL INTO inserted
+            RETURNING true)
+        -- the lock of the key as called (claims compute it from their arguments), not as a
+        -- trigger of the DBA's may have stored it
+        SELECT pg_catalog.pg_try_advisory_xact_lock(idem.key_lock_id(consume.tenant, consume.key)) IS NOT NULL INTO inserted
           FROM written AS w;
         IF FOUND THEN
             IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125 THEN
