@@ -109,6 +109,44 @@ fn no_call_pays_for_a_backlog() {
     assert!(purged_by_some_call, "200 calls purged nothing in passing");
 }
 
+/// Which calls purge in passing is drawn from the session's `random()`, so a seeded session
+/// draws the same calls on every run (the harness seeds each connection: a suite's purges in
+/// passing are the same on every run). Each drawn call deletes 16 expired keys; the others none.
+#[test]
+fn a_seeded_session_purges_in_passing_at_the_same_calls() {
+    let server = plain_server(&[]);
+    let mut admin = server.client_as(ADMIN);
+    // more expired keys than the runs below can purge: each drawn call finds 16
+    expired_backlog(&mut admin, "other", 4_000);
+    let drawn_calls = |run: &str, seed: f64, admin: &mut Client| -> Vec<usize> {
+        let mut app = server.client_as(USER);
+        app.execute("SELECT pg_catalog.setseed($1)", &[&seed])
+            .expect("setseed");
+        let mut drawn = Vec::new();
+        let mut before = count_keys(admin);
+        for i in 0..64 {
+            app.execute("SELECT idem_consume('t', $1)", &[&format!("{run}-{i}")])
+                .expect("consume");
+            let after = count_keys(admin);
+            // the call's own message, less what it purged
+            match after - before {
+                1 => {}
+                -15 => drawn.push(i),
+                other => panic!("call {i} of run {run} changed the table by {other} keys"),
+            }
+            before = after;
+        }
+        drawn
+    };
+    let first = drawn_calls("a", 0.5, &mut admin);
+    let again = drawn_calls("b", 0.5, &mut admin);
+    let other_seed = drawn_calls("c", -0.5, &mut admin);
+    assert!(!first.is_empty(), "64 calls drew no purge in passing");
+    assert_eq!(first, again, "the same seed drew other calls");
+    assert_ne!(first, other_seed, "another seed drew the same calls");
+    pg_idem_tests::amcheck(&mut server.client());
+}
+
 /// An attempt in progress is never purged in passing: it may be the calling transaction's own,
 /// which stays its own however long it runs past its lease and ttl.
 #[test]

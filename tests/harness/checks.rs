@@ -19,7 +19,7 @@ pub fn superuser_twin(db: &mut Client) -> Option<Client> {
     let (port, dbname): (String, String) = (row.get(1), row.get(2));
     let port: u16 = port.parse().expect("the server's port");
     Some(
-        Client::connect(&conninfo_for(port, "postgres", &dbname), NoTls)
+        connect_seeded(&conninfo_for(port, "postgres", &dbname))
             .unwrap_or_else(|e| panic!("connect to {dbname} as the superuser: {e}")),
     )
 }

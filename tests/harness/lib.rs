@@ -10,6 +10,7 @@
 mod calls;
 mod checks;
 mod cluster;
+mod connect;
 mod editions;
 pub mod managed;
 mod postgres_bin;
@@ -22,6 +23,7 @@ pub mod workload;
 pub use calls::*;
 pub use checks::*;
 pub use cluster::*;
+pub use connect::*;
 pub use editions::*;
 pub use postgres::{Client, GenericClient, NoTls};
 pub use postgres_bin::*;

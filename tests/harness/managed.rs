@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::Ordering;
 
-use crate::{as_server_user, free_port, run_ok, skip_test, Client, NoTls, COUNTER, ROOT};
+use crate::{as_server_user, connect_seeded, free_port, run_ok, skip_test, Client, COUNTER, ROOT};
 
 /// The database the tests use; owned by `app_admin`, as a database an RDS customer creates.
 pub const DATABASE: &str = "app";
@@ -251,7 +251,7 @@ impl ManagedServer {
 
     /// A new connection as `role` (normally [`ADMIN`] or [`USER`]) to database `app`.
     pub fn client_as(&self, role: &str) -> Client {
-        Client::connect(&self.conninfo(role), NoTls)
+        connect_seeded(&self.conninfo(role))
             .unwrap_or_else(|e| panic!("connect as {role} to {DATABASE}: {e}"))
     }
 
@@ -264,7 +264,7 @@ impl ManagedServer {
     }
 
     fn superuser_client_db(&self, dbname: &str) -> Client {
-        Client::connect(&self.conninfo_db("postgres", dbname), NoTls)
+        connect_seeded(&self.conninfo_db("postgres", dbname))
             .unwrap_or_else(|e| panic!("connect as postgres to {dbname}: {e}"))
     }
 

@@ -53,7 +53,9 @@ impl Server {
         {
             // a test that sets the purge worker's interval decides when keys are purged (the
             // worker paused, or its passes awaited): the SQL edition's purge in passing, which
-            // purges at random calls, is switched off for it
+            // purges at calls drawn from each session's random() (the same calls on every run:
+            // connect_seeded), would purge what such a test expects to find, and is switched
+            // off for it. Every other test runs with it on.
             server
                 .client()
                 .batch_execute(
@@ -168,7 +170,7 @@ impl Server {
     /// setting a server up and for what only a superuser may look at; elsewhere the same role
     /// as [`Server::client`]'s.
     pub fn superuser_client_db(&self, dbname: &str) -> Client {
-        Client::connect(&self.conninfo_as("postgres", dbname), NoTls)
+        connect_seeded(&self.conninfo_as("postgres", dbname))
             .unwrap_or_else(|e| panic!("connect to {dbname} as the superuser: {e}"))
     }
 
@@ -178,13 +180,13 @@ impl Server {
     }
 
     pub fn client_db(&self, dbname: &str) -> Client {
-        Client::connect(&self.conninfo(dbname), NoTls)
+        connect_seeded(&self.conninfo(dbname))
             .unwrap_or_else(|e| panic!("connect to {dbname}: {e}"))
     }
 
     /// A new connection as `role`.
     pub fn client_as(&self, role: &str) -> Client {
-        Client::connect(&self.conninfo_as(role, "postgres"), NoTls)
+        connect_seeded(&self.conninfo_as(role, "postgres"))
             .unwrap_or_else(|e| panic!("connect as {role}: {e}"))
     }
 
@@ -227,7 +229,7 @@ impl Server {
             "the server to accept connections after crash recovery",
             Duration::from_secs(60),
             || {
-                client = Client::connect(&self.conninfo("postgres"), NoTls)
+                client = connect_seeded(&self.conninfo("postgres"))
                     .ok()
                     .filter(|c| !c.is_closed());
                 client.is_some()

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use postgres::{Client, NoTls};
+use postgres::Client;
 
-use crate::sqlstate;
+use crate::{connect_seeded, sqlstate};
 
 /// (tenant, key)
 type TenantKey = (String, String);
@@ -292,13 +292,13 @@ impl Rng2 {
 }
 
 fn connect(conninfo: &str) -> Client {
-    Client::connect(conninfo, NoTls).unwrap_or_else(|e| panic!("connect: {e}"))
+    connect_seeded(conninfo).unwrap_or_else(|e| panic!("connect: {e}"))
 }
 
 fn reconnect(conninfo: &str, started: Instant, limit: Duration) -> Client {
     let deadline = started.max(Instant::now()) + limit.max(Duration::from_secs(60));
     loop {
-        match Client::connect(conninfo, NoTls) {
+        match connect_seeded(conninfo) {
             Ok(c) => return c,
             Err(e) if Instant::now() < deadline => {
                 let _ = e;

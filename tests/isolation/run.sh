@@ -146,7 +146,7 @@ case "$path" in
         [ -n "$plain" ] && [ "$(wc -l <<<"$plain")" = 1 ] ||
             { echo "scripts/sql_edition.py built no single plain install: $plain" >&2; exit 1; }
         psql_ -d "$dbname" -1 -f "$plain"
-        # The purge in passing deletes expired keys at one call of eight, at random
+        # The purge in passing deletes expired keys at one call of eight, drawn from random()
         # (sql/edition/rules/purge.sql): purge-claim's expired key would be there or gone by chance.
         # Off, as the harness turns it off where a test decides when keys are purged
         # (tests/harness/server.rs); idem_purge() is what the specs call.

@@ -61,13 +61,12 @@ BEGIN
             ON CONFLICT (tenant, key) DO NOTHING
             RETURNING k.key)
         SELECT pg_catalog.array_agg(w.key) INTO inserted FROM written AS w;
-        -- the purge in passing one by one would do, in one pass: 16 keys for each write of
-        -- eight (at random)
+        -- the purges in passing one by one would do, in one pass: a draw for each key written
         SELECT pg_catalog.count(*) INTO hits
           FROM pg_catalog.generate_series(1, COALESCE(pg_catalog.cardinality(inserted), 0))
-         WHERE pg_catalog.random() OPERATOR(pg_catalog.<) 0.125;
+         WHERE idem.purge_in_passing_drawn();
         IF hits OPERATOR(pg_catalog.>) 0 THEN
-            PERFORM idem.purge_in_passing(now, tenant, 16 OPERATOR(pg_catalog.*) hits);
+            PERFORM idem.purge_in_passing(now, tenant, hits);
         END IF;
     END IF;
     IF COALESCE(pg_catalog.cardinality(inserted), 0) OPERATOR(pg_catalog.=) n THEN

@@ -97,8 +97,8 @@ BEGIN
                   INTO locked, lease_at, purge_at, new_fence, phase, data
                   FROM lock AS l LEFT JOIN written AS w ON true;
                 IF new_fence IS NOT NULL THEN
-                    IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125 THEN
-                        PERFORM idem.purge_in_passing(now, tenant, 16);
+                    IF idem.purge_in_passing_drawn() THEN
+                        PERFORM idem.purge_in_passing(now, tenant);
                     END IF;
                     result := ROW('claimed', new_fence, 1, NULL, NULL, lease_at, GREATEST(purge_at, lease_at), phase, data);
                     RETURN result;
@@ -196,8 +196,8 @@ BEGIN
             RETURNING k.checkpoint_phase, k.checkpoint_data INTO phase, data;
         END IF;
         IF FOUND THEN
-            IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125 THEN
-                PERFORM idem.purge_in_passing(now, tenant, 16);
+            IF idem.purge_in_passing_drawn() THEN
+                PERFORM idem.purge_in_passing(now, tenant);
             END IF;
             result := ROW('claimed', new_fence, new_attempt, NULL, NULL, lease_at,
                           GREATEST(purge_at, lease_at), phase, data);

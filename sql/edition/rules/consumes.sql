@@ -41,81 +41,77 @@ BEGIN
         -- trigger of the DBA's may have stored it
         SELECT pg_catalog.pg_try_advisory_xact_lock(idem.key_lock_id(consume.tenant, consume.key)) IS NOT NULL INTO inserted
           FROM written AS w;
-        IF FOUND THEN
-            IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125 THEN
-                PERFORM idem.purge_in_passing(now, tenant, 16);
-            END IF;
-            RETURN true;
-        END IF;
     END IF;
-    lock_id := idem.key_lock_id(tenant, key);
-    -- idem.keys in the mode its writes need, before the first read: a read's weaker lock
-    -- upgraded at the write deadlocks with REINDEX, VACUUM FULL or CLUSTER queued in between
-    -- (the native engine opens idem.keys in this mode too)
-    LOCK TABLE idem.keys IN ROW EXCLUSIVE MODE;
-    LOOP
-        r := idem.read_key(tenant, key, false);
-        IF r.state OPERATOR(pg_catalog.=) 'p'::"char" THEN
-            -- whether this transaction held the key lock before: its own attempt, then (only
-            -- asked here: the answer depends on it for an attempt in progress only)
-            mine := idem.holds_key_lock(lock_id);
-        ELSIF r.state IS NOT NULL AND now OPERATOR(pg_catalog.<=) r.expires_at THEN
-            -- processed already: nothing any transaction holding the key lock could change
-            RETURN false;
-        END IF;
-        IF NOT pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
-            -- the key lock for claims to see, never waited for (pg_locks shows its id to all):
-            -- the insert and the locked read below wait for whoever is claiming, finishing or
-            -- consuming the key, and decide on what it left
-            PERFORM pg_catalog.pg_try_advisory_xact_lock(lock_id);
-            r := idem.read_key(tenant, key, true);
-        END IF;
-        -- the rule of src/rules/consumes.rs's plan_consume
-        new_attempt := NULL;
-        IF r.state OPERATOR(pg_catalog.=) 'p'::"char" AND mine THEN
-            PERFORM idem.consume_held(function, tenant, key, r.lease_expires_at, true);
-        END IF;
-        IF r.state IS NOT NULL AND now OPERATOR(pg_catalog.<=) r.expires_at THEN
-            IF r.state OPERATOR(pg_catalog.<>) 'p'::"char" THEN
+    -- NULL unless the statement above wrote the message
+    IF inserted IS NULL THEN
+        lock_id := idem.key_lock_id(tenant, key);
+        -- idem.keys in the mode its writes need, before the first read: a read's weaker lock
+        -- upgraded at the write deadlocks with REINDEX, VACUUM FULL or CLUSTER queued in between
+        -- (the native engine opens idem.keys in this mode too)
+        LOCK TABLE idem.keys IN ROW EXCLUSIVE MODE;
+        LOOP
+            r := idem.read_key(tenant, key, false);
+            IF r.state OPERATOR(pg_catalog.=) 'p'::"char" THEN
+                -- whether this transaction held the key lock before: its own attempt, then (only
+                -- asked here: the answer depends on it for an attempt in progress only)
+                mine := idem.holds_key_lock(lock_id);
+            ELSIF r.state IS NOT NULL AND now OPERATOR(pg_catalog.<=) r.expires_at THEN
+                -- processed already: nothing any transaction holding the key lock could change
                 RETURN false;
             END IF;
-            IF r.lease_expires_at IS NOT NULL AND now OPERATOR(pg_catalog.<=) r.lease_expires_at THEN
-                PERFORM idem.consume_held(function, tenant, key, r.lease_expires_at, false);
+            IF NOT pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+                -- the key lock for claims to see, never waited for (pg_locks shows its id to all):
+                -- the insert and the locked read below wait for whoever is claiming, finishing or
+                -- consuming the key, and decide on what it left
+                PERFORM pg_catalog.pg_try_advisory_xact_lock(lock_id);
+                r := idem.read_key(tenant, key, true);
             END IF;
-            -- a takeover of an attempt of idem_claim whose lease passed counts its attempts
-            new_attempt := r.attempt OPERATOR(pg_catalog.+) 1;
-        END IF;
-        IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
-            PERFORM idem.prevent_if_read_only('INSERT');
-        END IF;
-        IF r.state IS NULL THEN
-            INSERT INTO idem.keys AS k (tenant, key, state, purge_after)
-            VALUES (consume.tenant, consume.key, 'c', expiry)
-            ON CONFLICT (tenant, key) DO NOTHING
-            RETURNING true INTO inserted;
-            IF NOT FOUND AND NOT EXISTS (SELECT FROM idem.keys AS k
-                                          WHERE k.tenant OPERATOR(pg_catalog.=) consume.tenant
-                                            AND k.key OPERATOR(pg_catalog.=) consume.key) THEN
-                -- no conflict and no row: a trigger dropped the insert (looking again would
-                -- loop for ever)
-                PERFORM idem.dropped_write(function, tenant, key);
+            -- the rule of src/rules/consumes.rs's plan_consume
+            new_attempt := NULL;
+            IF r.state OPERATOR(pg_catalog.=) 'p'::"char" AND mine THEN
+                PERFORM idem.consume_held(function, tenant, key, r.lease_expires_at, true);
             END IF;
-        ELSE
-            UPDATE idem.keys AS k
-               SET state = 'c', lease_expires_at = NULL, response_code = NULL, response_body = NULL,
-                   checkpoint_phase = NULL, checkpoint_data = NULL, expires_at = NULL,
-                   purge_after = expiry, fence = NULL, attempt = new_attempt,
-                   request_hash = NULL, claimed_at = NULL, ttl = NULL
-             WHERE k.tenant OPERATOR(pg_catalog.=) consume.tenant AND k.key OPERATOR(pg_catalog.=) consume.key;
-        END IF;
-        IF FOUND THEN
-            IF pg_catalog.random() OPERATOR(pg_catalog.<) 0.125 THEN
-                PERFORM idem.purge_in_passing(now, tenant, 16);
+            IF r.state IS NOT NULL AND now OPERATOR(pg_catalog.<=) r.expires_at THEN
+                IF r.state OPERATOR(pg_catalog.<>) 'p'::"char" THEN
+                    RETURN false;
+                END IF;
+                IF r.lease_expires_at IS NOT NULL AND now OPERATOR(pg_catalog.<=) r.lease_expires_at THEN
+                    PERFORM idem.consume_held(function, tenant, key, r.lease_expires_at, false);
+                END IF;
+                -- a takeover of an attempt of idem_claim whose lease passed counts its attempts
+                new_attempt := r.attempt OPERATOR(pg_catalog.+) 1;
             END IF;
-            RETURN true;
-        END IF;
-        -- inserted by another node meanwhile, or purged: look again
-    END LOOP;
+            IF pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool THEN
+                PERFORM idem.prevent_if_read_only('INSERT');
+            END IF;
+            IF r.state IS NULL THEN
+                INSERT INTO idem.keys AS k (tenant, key, state, purge_after)
+                VALUES (consume.tenant, consume.key, 'c', expiry)
+                ON CONFLICT (tenant, key) DO NOTHING
+                RETURNING true INTO inserted;
+                IF NOT FOUND AND NOT EXISTS (SELECT FROM idem.keys AS k
+                                              WHERE k.tenant OPERATOR(pg_catalog.=) consume.tenant
+                                                AND k.key OPERATOR(pg_catalog.=) consume.key) THEN
+                    -- no conflict and no row: a trigger dropped the insert (looking again would
+                    -- loop for ever)
+                    PERFORM idem.dropped_write(function, tenant, key);
+                END IF;
+            ELSE
+                UPDATE idem.keys AS k
+                   SET state = 'c', lease_expires_at = NULL, response_code = NULL, response_body = NULL,
+                       checkpoint_phase = NULL, checkpoint_data = NULL, expires_at = NULL,
+                       purge_after = expiry, fence = NULL, attempt = new_attempt,
+                       request_hash = NULL, claimed_at = NULL, ttl = NULL
+                 WHERE k.tenant OPERATOR(pg_catalog.=) consume.tenant AND k.key OPERATOR(pg_catalog.=) consume.key;
+            END IF;
+            -- written; else inserted by another node meanwhile, or purged: look again
+            EXIT WHEN FOUND;
+        END LOOP;
+    END IF;
+    IF idem.purge_in_passing_drawn() THEN
+        PERFORM idem.purge_in_passing(now, tenant);
+    END IF;
+    RETURN true;
 END
 $$;
 

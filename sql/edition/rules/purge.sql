@@ -46,17 +46,18 @@ END
 $$;
 
 -- The purge the calls do in passing, as the SQL edition has no background worker: a call that
--- wrote a key deletes, one time in 8, up to 16 expired keys (2 per call on average, never
--- more than 16; a batch, for each key it wrote one time in 8, 16 more in one pass: `batch`),
--- so expired keys go at least as fast as calls add keys and the table stays bounded with
--- nothing scheduled. Only finished keys (completed, failed, consumed): an attempt
+-- wrote a key draws (idem.purge_in_passing_drawn), and one draw of eight deletes up to 16
+-- expired keys (2 per call on average, never more than 16; a batch draws for each key it
+-- wrote, and purges 16 for each draw in one pass: `draws`), so expired keys go at least as
+-- fast as calls add keys and the table stays bounded with nothing scheduled. Only finished
+-- keys (completed, failed, consumed): an attempt
 -- in progress may be the caller's own, which stays its own however long it has run (and
 -- abandoned attempts are few; idem_purge() takes them). It never waits (SKIP LOCKED) and never
 -- pays for a backlog;
 -- the rows it deletes stay locked until the caller's transaction ends, so a claim of one of
 -- those expired keys in another transaction waits for that end. The owner turns it off with
 -- pg_idem.purge_in_passing in idem.settings (then schedule idem_purge(), with pg_cron say).
-CREATE FUNCTION idem.purge_in_passing(now timestamptz, tenant text, batch integer) RETURNS void
+CREATE FUNCTION idem.purge_in_passing(now timestamptz, tenant text, draws integer DEFAULT 1) RETURNS void
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -65,7 +66,7 @@ DECLARE
     -- (idem.owner_settings_now). The call that purges checked the session's settings already.
     tenant_grants boolean := (idem.owner_settings(warn => false)).tenant_grants;
 BEGIN
-    -- the callers call it one time in eight (random() < 0.125): the check costs nothing then
+    -- a call gets here at one draw of eight: the check costs nothing the other seven
     IF COALESCE((SELECT s.value::pg_catalog.bool FROM idem.settings AS s
                   WHERE s.name OPERATOR(pg_catalog.=) 'pg_idem.purge_in_passing'), true)
        -- a DBA's DO ALSO rule refuses purge_batch's data-modifying WITH (0A000), a publication
@@ -78,10 +79,22 @@ BEGIN
                           AND p.tablename OPERATOR(pg_catalog.=) 'keys') THEN
         -- with tenant grants on, only the caller's tenant: it locks what it deletes until the
         -- caller's transaction ends, and must hold no other tenant's keys
-        PERFORM idem.purge_batch(now, batch,
+        PERFORM idem.purge_batch(now, 16 OPERATOR(pg_catalog.*) draws,
             CASE WHEN tenant_grants THEN ARRAY[tenant] END, true);
     END IF;
 END
+$$;
+
+-- One draw of the purge in passing, for a call that wrote a key: true one time in eight.
+-- Inlined into the caller's expression (LANGUAGE sql, VOLATILE: random() in it). Drawn from
+-- random(), which setseed() seeds: a session that seeds it draws the same on every run, so a
+-- test's purges in passing are the same on every run (the tests' harness seeds each
+-- connection, tests/harness/connect.rs). A session choosing its own draws decides only whether
+-- its own calls purge in passing, which the owner's idem_purge() does anyway.
+CREATE FUNCTION idem.purge_in_passing_drawn() RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT pg_catalog.random() OPERATOR(pg_catalog.<) 0.125
 $$;
 
 -- Purges expired keys in batches until none is left (or max_rows are deleted).
