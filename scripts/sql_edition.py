@@ -37,7 +37,9 @@ does): a body may name what a later statement creates. tests/sql_edition_updates
 database from one version to a made-up next one and compares it with a fresh install.
 
 A function `sym` declared `LANGUAGE c ... AS 'MODULE_PATHNAME', 'sym'` gets the body in
-sql/edition/functions/sym.sql. Its first line may say `-- language: sql` (default plpgsql).
+sql/edition/functions/sym.sql. Its first line may say `-- language: sql` (default plpgsql), or
+be all of it: `-- same as: other_sym; 'a' -> 'b'`, other_sym's body with the literals 'a'
+(found there exactly once) made 'b'.
 Every such function becomes SECURITY DEFINER with search_path pinned to pg_catalog, pg_temp:
 it runs as pg_idem's owner (who alone may touch idem.*), as the native functions switch to the
 owner for whatever they run through SQL. The build fails when a body is missing or unused.
@@ -196,6 +198,19 @@ def body_of(sym, function, used):
             "        HINT = 'Use the native edition (CREATE EXTENSION pg_idem with its library) for this function.';\n"
             "END"
         )
+    same = re.match(r"--\s*same as:\s*(\w+)((?:\s*;\s*'[^']*'\s*->\s*'[^']*')+)\s*$", first)
+    if same:
+        # two functions whose bodies differ only in literals (idem_fail_final is
+        # idem_complete with another name and action): one body, the differences named, each
+        # found exactly once in it
+        if len(text.splitlines()) != 1:
+            fail(f"{path.relative_to(ROOT)}: a body that is the same as another's has nothing more")
+        language, text = body_of(same.group(1), function, used)
+        for old, new in re.findall(r"'([^']*)'\s*->\s*'([^']*)'", same.group(2)):
+            if text.count(f"'{old}'") != 1:
+                fail(f"{path.relative_to(ROOT)}: '{old}' is not in {same.group(1)}.sql exactly once")
+            text = text.replace(f"'{old}'", f"'{new}'")
+        return language, text
     match = re.match(r"--\s*language:\s*(\w+)\s*$", first)
     if match:
         language = match.group(1)

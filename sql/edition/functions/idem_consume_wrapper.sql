@@ -2,12 +2,9 @@ DECLARE
     s idem.owner_settings := idem.owner_settings();
     ttl_us bigint;
 BEGIN
-    -- the checks of src/sql_api/args.rs: each function raises its documented error; the
-    -- conditions are tested inline first, so that a valid call makes no call for them
-    IF tenant IS NULL OR key IS NULL OR tenant OPERATOR(pg_catalog.=) '' OR key OPERATOR(pg_catalog.=) ''
-       OR pg_catalog.char_length(tenant) OPERATOR(pg_catalog.>) s.max_key_length
-       OR pg_catalog.char_length(key) OPERATOR(pg_catalog.>) s.max_key_length
-       OR pg_catalog.octet_length(tenant) OPERATOR(pg_catalog.+) pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) @MAX_KEY_BYTES@ THEN
+    -- the checks of src/sql_api/args.rs: each function raises its documented error; a valid
+    -- call tests their conditions inline (idem.*_to_check) and makes no call for them
+    IF idem.tenant_and_key_to_check(tenant, key, s.max_key_length) THEN
         PERFORM idem.check_tenant_and_key(tenant, key, 'key', s.max_key_length);
     END IF;
     ttl_us := idem.ttl_us(ttl, s.ttl_us);

@@ -1,10 +1,1 @@
-DECLARE
-    s idem.owner_settings := idem.owner_settings();
-BEGIN
-    PERFORM idem.check_tenant_and_key(tenant, key, 'key', s.max_key_length);
-    PERFORM idem.check_fence(fence);
-    PERFORM idem.check_access(tenant, s.tenant_grants);
-    PERFORM idem.check_payload(response_body, 'response_body', s.max_response_bytes);
-    RETURN (idem.fenced('idem_fail_final', tenant, key, fence, 'fail', pg_catalog.clock_timestamp(),
-                        response_code => response_code, response_body => response_body)).expires_at;
-END
+-- same as: idem_complete_wrapper; 'idem_complete' -> 'idem_fail_final'; 'complete' -> 'fail'

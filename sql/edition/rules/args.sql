@@ -27,6 +27,18 @@ BEGIN
 END
 $$;
 
+-- Whether idem.check_tenant_and_key has something to refuse: false for every valid pair, true
+-- for every pair it refuses. A valid call tests this instead of calling the check: LANGUAGE sql
+-- with one SELECT, so the planner inlines it into the caller's expression (no call at all).
+CREATE FUNCTION idem.tenant_and_key_to_check(tenant text, key text, max_chars integer) RETURNS boolean
+LANGUAGE sql
+AS $$
+    SELECT tenant IS NULL OR key IS NULL OR tenant OPERATOR(pg_catalog.=) '' OR key OPERATOR(pg_catalog.=) ''
+        OR pg_catalog.char_length(tenant) OPERATOR(pg_catalog.>) max_chars
+        OR pg_catalog.char_length(key) OPERATOR(pg_catalog.>) max_chars
+        OR pg_catalog.octet_length(tenant) OPERATOR(pg_catalog.+) pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) @MAX_KEY_BYTES@
+$$;
+
 -- A tenant and key that fit the index together (at most @MAX_KEY_BYTES@ bytes).
 CREATE FUNCTION idem.check_tenant_and_key(tenant text, key text, key_argument text, max_chars integer)
 RETURNS void
@@ -106,6 +118,17 @@ BEGIN
     END IF;
     RETURN us::pg_catalog.int8;
 END
+$$;
+
+-- Whether idem.check_payload has something to measure: false for a value stored as it is
+-- (not compressed) within the limit with 4 bytes to spare (a header it may gain when stored);
+-- the check measures the value decompressed (PERFORM hands it over detoasted). Inlined into the
+-- caller's expression, as idem.tenant_and_key_to_check.
+CREATE FUNCTION idem.payload_to_check(value jsonb, max_bytes integer) RETURNS boolean
+LANGUAGE sql
+AS $$
+    SELECT pg_catalog.pg_column_compression(value) IS NOT NULL
+        OR pg_catalog.pg_column_size(value) OPERATOR(pg_catalog.+) 4 OPERATOR(pg_catalog.>) max_bytes
 $$;
 
 -- A response body or checkpoint payload within pg_idem.max_response_bytes.
