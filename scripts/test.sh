@@ -376,6 +376,8 @@ for major in "${versions[@]}"; do
         fi
         step bench-breakdown-smoke with_pg 15 bash bench/breakdown.sh 1 replay consume
         step bench-statement-times-smoke with_pg 15 python3 bench/statement_times.py --smoke
+        # what the calls add to a transaction of five business statements, both editions: that it runs
+        step bench-call-cost-smoke with_pg 15 python3 bench/call_cost.py --smoke --native --out "$root/target/bench-call-cost-smoke"
         step bench-tenant-grants-smoke with_pg 15 bash bench/tenant_grants.sh 1 1
         if with_pg 15 bash -c '[ -f "$(pg_config --pkglibdir)/citus.so" ]'; then
             step bench-citus-smoke with_pg 15 bash bench/citus/run.sh 1 1 1
