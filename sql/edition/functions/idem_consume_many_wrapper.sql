@@ -22,12 +22,9 @@ BEGIN
     END IF;
     n := idem.check_batch(keys, 'keys', 'Pass an array of message keys, such as ARRAY[''m1'', ''m2''].', s.max_batch_keys);
     -- the first key idem.check_tenant_and_key refuses, found by one statement: it raises the
-    -- error for it (each of these conditions is one of its checks)
+    -- error for it (the tenant passed its checks above)
     SELECT m.i INTO bad FROM pg_catalog.unnest(keys) WITH ORDINALITY AS m(key, i)
-     WHERE m.key IS NULL OR m.key OPERATOR(pg_catalog.=) ''
-        OR pg_catalog.char_length(m.key) OPERATOR(pg_catalog.>) s.max_key_length
-        OR (pg_catalog.octet_length(idem_consume_many.tenant) OPERATOR(pg_catalog.+) pg_catalog.octet_length(m.key))
-           OPERATOR(pg_catalog.>) @MAX_KEY_BYTES@
+     WHERE idem.tenant_and_key_to_check(idem_consume_many.tenant, m.key, s.max_key_length)
      ORDER BY m.i LIMIT 1;
     IF bad IS NOT NULL THEN
         PERFORM idem.check_tenant_and_key(tenant, keys[bad], pg_catalog.format('keys[%s]', bad), s.max_key_length);
