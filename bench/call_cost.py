@@ -17,7 +17,7 @@ statements with one way of making them idempotent, in one transaction, with pgbe
 on the SQL edition (installed plainly into a server without pg_idem's library) and, with
 --native, on the native edition (a second server that preloads it; its build is reported, as a
 debug build's numbers are not a release build's). Rounds alternate the order of the scenarios.
-Reported per scenario: the transaction's mean latency (pgbench's), what it adds to `business`
+Reported per scenario: the transaction's mean latency (pgbench's per-transaction log), what it adds to `business`
 (the difference of the latencies, round trips included), and the server time of the
 idempotency statements themselves (pg_stat_statements' mean execution time, per transaction).
 """
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -34,7 +33,7 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from lib import BenchError, Server, log, median, use_pg  # noqa: E402
+from lib import BenchError, Server, log, median, run_pgbench, use_pg  # noqa: E402
 from sql_edition import bench_schema, generate_sql_edition, install_sql_edition  # noqa: E402
 
 SHOP = """
@@ -88,16 +87,11 @@ def script(name: str) -> str:
     return KEY + "BEGIN;\n" + before + BUSINESS + after + "END;\n"
 
 
-def pgbench(server: Server, path: Path, clients: int, seconds: int) -> dict:
-    res = subprocess.run(["pgbench", "-n", "-M", "prepared", "-c", str(clients), "-j", str(min(clients, 2)),
-                          "-T", str(seconds), "-f", str(path)], capture_output=True, text=True, env=server.env)
-    if res.returncode != 0:
-        raise BenchError(f"pgbench {path.name} failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
-    out = res.stdout.splitlines()
-    latency_ms = float(next(line for line in out if line.startswith("latency average")).split()[3])
-    txns = int(next(line for line in out if "number of transactions actually processed" in line)
-               .split()[-1].split("/")[0])
-    return {"latency_us": latency_ms * 1000, "transactions": txns}
+def pgbench(server: Server, workdir: Path, path: Path, clients: int, seconds: int) -> dict:
+    r = run_pgbench(server, str(workdir), path, clients, seconds, tag=path.stem)
+    if r.errors:
+        raise BenchError(f"pgbench {path.name}: " + "; ".join(r.errors))
+    return {"latency_us": sum(r.latencies_us) / len(r.latencies_us), "transactions": r.txns}
 
 
 def idempotency_statements(server: Server, txns: int) -> dict[str, float]:
@@ -123,7 +117,7 @@ def measure(sides: dict[str, Server], a, workdir: Path) -> dict:
             for name in order:
                 server.execute("TRUNCATE shop.orders, shop.ledger, shop.outbox, handrolled_keys, processed_messages,"
                                " idem.keys; CHECKPOINT; SELECT pg_stat_statements_reset();")
-                run = pgbench(server, paths[name], a.clients, a.duration)
+                run = pgbench(server, workdir, paths[name], a.clients, a.duration)
                 run["statements_us"] = idempotency_statements(server, run["transactions"])
                 run["idempotency_us"] = sum(run["statements_us"].values())
                 runs[side][name].append(run)
