@@ -20,8 +20,8 @@ use tower::Service;
 use crate::contract::contract;
 use crate::core::is_final;
 use crate::error::{ErrorMarker, IdemError};
-use crate::layer::{run_handler, store, Claim, RouteConfig, Scope};
 use crate::pool::{Pool, PooledClient};
+use crate::route::{run_handler, store, Claim, RouteConfig, Scope};
 
 /// What the handler of a lease-mode route gets (an axum extractor). Cheap to clone.
 #[derive(Clone)]

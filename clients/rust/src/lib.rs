@@ -24,6 +24,7 @@ mod error;
 mod layer;
 mod lease;
 mod pool;
+mod route;
 
 pub use crate::error::{json_response, IdemError};
 pub use crate::layer::{Idem, IdemLayer, IdemService};
