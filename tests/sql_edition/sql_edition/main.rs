@@ -11,7 +11,6 @@
 use pg_idem_tests::managed::{self, ManagedServer};
 use pg_idem_tests::{sql_edition, Client, Edition, NoTls, Server};
 
-#[path = "sql_edition/settings.rs"]
 mod settings;
 
 /// Where the calls go.

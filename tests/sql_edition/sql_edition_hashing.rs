@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use pg_idem_tests::*;
 
-const HASHING_SQL: &str = include_str!("../sql/edition/hashing.sql");
+const HASHING_SQL: &str = include_str!("../../sql/edition/hashing.sql");
 
 /// Creates the SQL edition's hashing functions beside native pg_idem (which made schema idem).
 fn load(db: &mut Client) {
