@@ -218,3 +218,29 @@ pub fn simple_one(db: &mut Client, sql: &str) -> Result<Option<String>, postgres
     Ok(None)
 }
 
+/// Every row of a simple-protocol query (several statements allowed), each column as text. On
+/// an error, one more round trip before returning it: the error reaches the client before the
+/// server has rolled the statement back and let its locks go, and an empty query waits for
+/// that, so that the next statement (in another session, perhaps) does not meet them.
+pub fn simple_rows(
+    db: &mut Client,
+    sql: &str,
+) -> Result<Vec<Vec<Option<String>>>, postgres::Error> {
+    match db.simple_query(sql) {
+        Ok(messages) => Ok(messages
+            .iter()
+            .filter_map(|m| match m {
+                postgres::SimpleQueryMessage::Row(row) => Some(
+                    (0..row.len())
+                        .map(|i| row.get(i).map(str::to_string))
+                        .collect(),
+                ),
+                _ => None,
+            })
+            .collect()),
+        Err(e) => {
+            let _ = db.simple_query("");
+            Err(e)
+        }
+    }
+}

@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use pg_idem_tests::{amcheck, major, wait_for, Client, NoTls, Server};
+use pg_idem_tests::{amcheck, major, simple_rows, wait_for, Client, NoTls, Server};
 
 mod advisory_locks;
 mod dba_changes;
@@ -178,35 +178,18 @@ impl Answer {
 
 /// Runs `sql` (simple protocol: several statements allowed).
 fn ask(db: &mut Client, sql: &str) -> Answer {
-    match db.simple_query(sql) {
-        Ok(messages) => Answer::Rows(
-            messages
-                .iter()
-                .filter_map(|m| match m {
-                    postgres::SimpleQueryMessage::Row(row) => Some(
-                        (0..row.len())
-                            .map(|i| row.get(i).map(str::to_string))
-                            .collect(),
-                    ),
-                    _ => None,
-                })
-                .collect(),
-        ),
-        Err(e) => {
-            // the error reaches the client before the server has rolled back and let its
-            // locks go: a round trip waits for that
-            let _ = db.simple_query("");
-            match e.as_db_error() {
-                Some(db_error) => Answer::Error {
-                    code: db_error.code().code().to_string(),
-                    message: db_error.message().to_string(),
-                },
-                None => Answer::Error {
-                    code: "client".into(),
-                    message: e.to_string(),
-                },
-            }
-        }
+    match simple_rows(db, sql) {
+        Ok(rows) => Answer::Rows(rows),
+        Err(e) => match e.as_db_error() {
+            Some(db_error) => Answer::Error {
+                code: db_error.code().code().to_string(),
+                message: db_error.message().to_string(),
+            },
+            None => Answer::Error {
+                code: "client".into(),
+                message: e.to_string(),
+            },
+        },
     }
 }
 

@@ -9,7 +9,7 @@
 //! details are masked.
 
 use pg_idem_tests::managed::{self, ManagedServer};
-use pg_idem_tests::{sql_edition, Client, Edition, NoTls, Server};
+use pg_idem_tests::{simple_rows, sql_edition, Client, Edition, NoTls, Server};
 
 mod settings;
 
@@ -192,25 +192,9 @@ fn mask_clock_times(text: &str) -> String {
 }
 
 fn run_step(client: &mut Client, sql: &str) -> Answer {
-    match client.simple_query(sql) {
-        Ok(messages) => Answer::Rows(
-            messages
-                .iter()
-                .filter_map(|m| match m {
-                    postgres::SimpleQueryMessage::Row(row) => Some(
-                        (0..row.len())
-                            .map(|i| row.get(i).map(str::to_string))
-                            .collect(),
-                    ),
-                    _ => None,
-                })
-                .collect(),
-        ),
+    match simple_rows(client, sql) {
+        Ok(rows) => Answer::Rows(rows),
         Err(e) => {
-            // the client gets the error before the server has rolled the statement back and
-            // let its locks go: a round trip waits for that, so that the next step (in another
-            // session) does not meet them
-            let _ = client.simple_query("");
             let db = e
                 .as_db_error()
                 .unwrap_or_else(|| panic!("{sql}: not a server error: {e}"));
