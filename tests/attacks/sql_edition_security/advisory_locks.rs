@@ -30,7 +30,7 @@ fn take_lock(db: &mut Client, id: &str) {
 /// A server with roles bank_app (granted tenant bank, tenant grants on) and mallory (no grant),
 /// and bank's connection, whose claim of `key` (fence in my.old) has a lease that has passed.
 fn bank_with_an_expired_claim(key: &str) -> (Server, Client) {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     server
         .client()
         .batch_execute("CREATE ROLE bank_app LOGIN; CREATE ROLE mallory LOGIN")
@@ -306,7 +306,7 @@ fn a_claim_holds_its_key_by_its_row_when_another_role_holds_the_lock() {
 /// on as if it held the key. Red when idem.key_lock_secret_of_session returns NULL.
 #[test]
 fn a_deleted_lock_secret_refuses_the_calls_that_lock() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     connect(&server, ADMIN, "postgres")
         .batch_execute("DELETE FROM idem.key_lock_secret")
         .unwrap();
@@ -333,7 +333,7 @@ fn a_deleted_lock_secret_refuses_the_calls_that_lock() {
 /// can take or wait for a key's lock then, and pg_idem's calls work as before.
 #[test]
 fn revoking_the_advisory_lock_functions_keeps_other_roles_off_the_key_locks() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     server
         .client()
         .batch_execute(&format!(
@@ -405,7 +405,7 @@ const ADVISORY_LOCK_WORKAROUND: &str = "\
 /// may lock keys of tenants the caller has no grant on.
 #[test]
 fn an_open_transaction_holds_no_other_tenants_keys() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     server
         .client()
         .batch_execute("CREATE ROLE bank_app LOGIN; CREATE ROLE mallory LOGIN")

@@ -124,7 +124,7 @@ fn lifecycle_after(server: &Server, db: &str, change: &str, mid: &str) -> Vec<St
 /// a privilege), never an internal error, a hang or a wrong answer.
 #[test]
 fn a_dbas_changes_around_the_columns_give_right_answers_or_clear_refusals() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     let mut failures = Vec::new();
     for (i, (change, mid)) in [
         ("ALTER TABLE idem.keys ADD COLUMN note text", ""),
@@ -199,7 +199,7 @@ fn a_dbas_changes_around_the_columns_give_right_answers_or_clear_refusals() {
 /// the same endless consume): a finding for both editions.
 #[test]
 fn a_write_a_trigger_or_rule_drops_is_refused() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     let skip = |when: &str| {
         format!(
             "CREATE FUNCTION public.skip() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$; \
@@ -232,7 +232,7 @@ fn a_write_a_trigger_or_rule_drops_is_refused() {
 /// than answer from the rows it sees.
 #[test]
 fn row_level_security_hiding_keys_from_the_owner_is_refused() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     let problems = lifecycle_after(
         &server,
         "rls",
@@ -250,7 +250,7 @@ fn row_level_security_hiding_keys_from_the_owner_is_refused() {
 /// edition (idem.keys_as_created, sql/edition/settings.sql): right answers or clear refusals.
 #[test]
 fn a_changed_column_type_gives_right_answers_or_clear_refusals() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     let mut failures = Vec::new();
     for (i, change) in [
         "ALTER TABLE idem.keys ALTER COLUMN response_code TYPE bigint",
@@ -286,7 +286,7 @@ fn a_changed_column_type_gives_right_answers_or_clear_refusals() {
 /// when idem.owner_settings' statement is planned, once per session and change of the table).
 #[test]
 fn a_changed_column_type_is_refused_as_natively() {
-    let server = plain(&["track_functions = 'pl'"]);
+    let server = plain_server(&["track_functions = 'pl'"]);
     server
         .client()
         .batch_execute(&format!("CREATE DATABASE tz OWNER {ADMIN}"))

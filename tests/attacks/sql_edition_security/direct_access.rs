@@ -6,7 +6,7 @@ use super::*;
 /// or grant itself tenants; setting pg_idem.* placeholders changes no boundary or limit.
 #[test]
 fn app_roles_cannot_touch_the_state_or_the_owner_settings() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     server
         .client()
         .batch_execute("CREATE ROLE bank_app LOGIN")

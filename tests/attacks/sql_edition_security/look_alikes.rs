@@ -376,7 +376,7 @@ const HOSTILE_SETTINGS: &[&str] = &[
 /// owner's).
 #[test]
 fn look_alikes_and_session_settings_change_nothing() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     mallory(&server);
     tenant_grants_on(&server);
     let mut m = connect(&server, "mallory", "postgres");
@@ -440,7 +440,7 @@ fn look_alikes_and_session_settings_change_nothing() {
 #[test]
 fn the_plain_install_ignores_a_hostile_search_path() {
     let server = Server::start_bare(&[]);
-    roles(&server);
+    app_roles(&server);
     mallory(&server);
     server
         .client()
@@ -505,7 +505,7 @@ fn the_plain_install_ignores_a_hostile_search_path() {
 /// the bytea literal '\xe3b0...' becomes invalid UTF-8: every idem_claim fails with 22021.
 #[test]
 fn session_settings_mean_the_same_whatever_the_string_syntax() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     let mut db = connect(&server, USER, "postgres");
     db.batch_execute("SET standard_conforming_strings = off; SET escape_string_warning = off")
         .unwrap();

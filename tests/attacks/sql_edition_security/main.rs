@@ -4,14 +4,15 @@
 //! pass) and as a DBA (columns, indexes, triggers, rules, row level security, VACUUM FULL,
 //! REINDEX, CLUSTER on idem.keys), and in read-only, parallel and prepared transactions.
 //!
-//! Every server here runs the SQL edition's plain install as `Target::plain()` in
-//! tests/sql_edition.rs does it (no library preloaded; `app_admin`, not a superuser, owns
-//! pg_idem); a few start a native server next to it to compare with what the native edition
-//! answers. Where the SQL edition differs on purpose (docs/editions.md), the test pins the
-//! difference as documented.
+//! Every server here runs the SQL edition's plain install as `Target::plain()` of the
+//! sql_edition suite does it (the harness's `managed::plain_server`: no library preloaded;
+//! `app_admin`, not a superuser, owns pg_idem); a few start a native server next to it to
+//! compare with what the native edition answers. Where the SQL edition differs on purpose
+//! (docs/editions.md), the test pins the difference as documented.
 
 use std::time::{Duration, Instant};
 
+use pg_idem_tests::managed::{app_roles, plain_server};
 use pg_idem_tests::{amcheck, major, simple_rows, wait_for, Client, NoTls, Server};
 
 mod advisory_locks;
@@ -56,31 +57,11 @@ fn connect_to_port(port: u16, role: &str, db: &str, statement_timeout: &str) -> 
     Client::connect(&conninfo, NoTls).unwrap_or_else(|e| panic!("connect as {role} to {db}: {e}"))
 }
 
-/// The roles of tests/sql_edition.rs: app_admin owns database postgres and schema public.
-fn roles(server: &Server) {
-    server
-        .client()
-        .batch_execute(&format!(
-            "CREATE ROLE {ADMIN} LOGIN CREATEROLE; CREATE ROLE {USER} LOGIN;
-             ALTER DATABASE postgres OWNER TO {ADMIN};
-             ALTER SCHEMA public OWNER TO {ADMIN};"
-        ))
-        .expect("roles");
-}
-
 /// The plain install, by app_admin, in one transaction, in database `db`.
 fn install(server: &Server, db: &str) {
     connect(server, ADMIN, db)
         .batch_execute(&format!("BEGIN;\n{}\nCOMMIT;", edition()))
         .unwrap_or_else(|e| panic!("plain install of the SQL edition into {db}: {e:?}"));
-}
-
-/// A server with no pg_idem library, and the SQL edition installed in database postgres.
-fn plain(conf: &[&str]) -> Server {
-    let server = Server::start_bare(conf);
-    roles(&server);
-    install(&server, "postgres");
-    server
 }
 
 /// A server with pg_idem's library preloaded and CREATE EXTENSION pg_idem (owned by the
@@ -100,7 +81,7 @@ fn native(conf: &[&str]) -> Server {
         .client()
         .batch_execute("CREATE EXTENSION pg_idem")
         .expect("CREATE EXTENSION pg_idem");
-    roles(&server);
+    app_roles(&server);
     server
 }
 

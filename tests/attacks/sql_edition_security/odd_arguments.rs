@@ -116,7 +116,7 @@ fn base_value(type_name: &str) -> String {
 /// statement timeout.
 #[test]
 fn no_argument_ends_in_an_internal_error_or_a_crash() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     grant(&server, USER, "t");
     let mut admin = connect(&server, ADMIN, "postgres");
     let functions: Vec<(String, Vec<String>)> = admin
@@ -187,7 +187,7 @@ fn no_argument_ends_in_an_internal_error_or_a_crash() {
 /// them from 1 and reads NULL past the bounds: 22004 "keys[1] must not be null".
 #[test]
 fn batches_take_any_array_as_the_native_edition_does() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     let mut db = connect(&server, USER, "postgres");
     for (sql, expected) in [
         (
@@ -216,7 +216,7 @@ fn batches_take_any_array_as_the_native_edition_does() {
 /// difference: as deep as a request body gets, it hashes; deeper, a clean 54001.
 #[test]
 fn a_body_nested_past_600_levels_gets_54001_not_a_crash() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     let mut db = connect(&server, USER, "postgres");
     let hash_of_depth = |depth: usize| {
         format!(
@@ -260,7 +260,7 @@ fn infinite_intervals_are_refused() {
         );
         return;
     }
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     let mut db = connect(&server, USER, "postgres");
     for (i, call) in [
         "idem_claim('t', 'k$I', 'h', lease => 'infinity')",

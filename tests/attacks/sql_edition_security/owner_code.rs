@@ -137,7 +137,7 @@ fn trap_log(server: &Server) -> Vec<String> {
 /// security-restricted operation, and idem.purgeable_tenants never probes.
 #[test]
 fn a_superusers_maintenance_lends_no_tenant_to_the_table_owners_code() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     bank_and_mallorys_trap(&server);
     let mut failures = Vec::new();
     for (i, maintenance) in [
@@ -167,7 +167,7 @@ fn a_superusers_maintenance_lends_no_tenant_to_the_table_owners_code() {
 /// refused, as natively.
 #[test]
 fn the_database_owners_maintenance_lends_no_tenant() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     bank_and_mallorys_trap(&server);
     if major() >= 17 {
         // since 17 the database's owner maintains others' tables through pg_maintain
@@ -191,7 +191,7 @@ fn the_database_owners_maintenance_lends_no_tenant() {
 /// own table, with no superuser involved.
 #[test]
 fn autovacuum_lends_no_tenant_to_the_table_owners_code() {
-    let server = plain(&["autovacuum_naptime = 1"]);
+    let server = plain_server(&["autovacuum_naptime = 1"]);
     bank_and_mallorys_trap(&server);
     arm(&server);
     let mut mallory = connect(&server, "mallory", "postgres");

@@ -34,7 +34,7 @@ fn denied_tenant(db: &mut Client, sql: &str, tenant: &str) -> bool {
 
 #[test]
 fn a_role_acts_only_on_its_tenants() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     tenant_roles(&server);
     let mut payments = connect(&server, "payments", "postgres");
     for call in TENANT_CALLS {
@@ -135,7 +135,7 @@ fn a_role_acts_only_on_its_tenants() {
 
 #[test]
 fn grants_follow_membership_set_role_and_revokes() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     tenant_roles(&server);
     let mut member = connect(&server, "member", "postgres");
     assert_eq!(
@@ -229,7 +229,7 @@ fn grants_follow_membership_set_role_and_revokes() {
 /// function does not change; the SQL edition asks current_setting('role') / session_user.
 #[test]
 fn a_definer_wrapper_lends_no_tenant() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     tenant_roles(&server);
     let mut payments = connect(&server, "payments", "postgres");
     payments
@@ -281,7 +281,7 @@ fn a_definer_wrapper_lends_no_tenant() {
 /// (pg_has_role reads the catalogs fresh).
 #[test]
 fn a_revoke_inside_an_older_repeatable_read_snapshot() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     tenant_roles(&server);
     let mut payments = connect(&server, "payments", "postgres");
     payments

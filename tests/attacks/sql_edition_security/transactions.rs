@@ -73,7 +73,7 @@ fn read_only_transactions_refuse_writes_and_answer_replays() {
             })
             .collect()
     };
-    let sql_edition = plain(&[]);
+    let sql_edition = plain_server(&[]);
     let got = run(&sql_edition);
     assert_no_crash(&sql_edition);
     drop(sql_edition);
@@ -111,7 +111,7 @@ fn force_parallel() -> &'static str {
 /// tests/tenant_grants.rs, the_tenant_check_answers_in_a_parallel_query.)
 #[test]
 fn idem_watermark_answers_in_a_parallel_query() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     grant(&server, USER, "t");
     tenant_grants_on(&server);
     let mut db = connect(&server, USER, "postgres");
@@ -141,7 +141,7 @@ fn idem_watermark_answers_in_a_parallel_query() {
 /// The functions PARALLEL SAFE without a tenant check answer in parallel mode.
 #[test]
 fn the_hashing_functions_answer_in_a_parallel_query() {
-    let server = plain(&[]);
+    let server = plain_server(&[]);
     tenant_grants_on(&server);
     let mut db = connect(&server, USER, "postgres");
     let serial = one(
@@ -166,7 +166,7 @@ fn the_hashing_functions_answer_in_a_parallel_query() {
 /// Natively this works.
 #[test]
 fn a_transaction_of_a_listening_session_can_be_prepared() {
-    let server = plain(&["max_prepared_transactions = 4"]);
+    let server = plain_server(&["max_prepared_transactions = 4"]);
     grant(&server, USER, "t");
     tenant_grants_on(&server);
     let mut db = connect(&server, USER, "postgres");
@@ -189,7 +189,7 @@ fn a_transaction_of_a_listening_session_can_be_prepared() {
 /// The same without LISTEN: two-phase commit works with tenant grants on.
 #[test]
 fn a_claim_can_be_prepared_and_committed() {
-    let server = plain(&["max_prepared_transactions = 4"]);
+    let server = plain_server(&["max_prepared_transactions = 4"]);
     grant(&server, USER, "t");
     tenant_grants_on(&server);
     let mut db = connect(&server, USER, "postgres");

@@ -27,17 +27,6 @@ enum Target {
 const ADMIN: &str = managed::ADMIN;
 const USER: &str = managed::USER;
 
-fn roles(server: &Server) {
-    server
-        .client()
-        .batch_execute(&format!(
-            "CREATE ROLE {ADMIN} LOGIN CREATEROLE; CREATE ROLE {USER} LOGIN;
-             ALTER DATABASE postgres OWNER TO {ADMIN};
-             ALTER SCHEMA public OWNER TO {ADMIN};"
-        ))
-        .expect("roles");
-}
-
 /// The native edition purges with its worker only (paused in these tests): so that the steps
 /// purge the same keys, the SQL edition's calls do not purge in passing either.
 fn no_purge_in_passing(owner: &mut Client) {
@@ -50,7 +39,7 @@ impl Target {
     fn native() -> Target {
         // the purge worker paused: the SQL edition has none, and the steps purge themselves
         let server = Server::start_as(Edition::Native, &["pg_idem.purge_interval = 0"]);
-        roles(&server);
+        managed::app_roles(&server);
         Target::Native(server)
     }
 
@@ -62,18 +51,13 @@ impl Target {
             .client()
             .batch_execute("CREATE EXTENSION pg_idem")
             .expect("create extension");
-        roles(&server);
+        managed::app_roles(&server);
         Target::Native(server)
     }
 
     fn plain() -> Target {
-        let server = Server::start_bare(&[]);
-        roles(&server);
-        let mut admin = server.client_as(ADMIN);
-        admin
-            .batch_execute(&format!("BEGIN;\n{}\nCOMMIT;", sql_edition().plain))
-            .expect("plain install of the SQL edition");
-        no_purge_in_passing(&mut admin);
+        let server = managed::plain_server(&[]);
+        no_purge_in_passing(&mut server.client_as(ADMIN));
         Target::Plain(server)
     }
 
