@@ -22,8 +22,8 @@ use std::process::{Command, Output};
 use std::sync::atomic::Ordering;
 
 use crate::{
-    as_server_user, connect_seeded, free_port, run_ok, skip_test, sql_edition, Client, Server,
-    COUNTER, ROOT,
+    as_server_user, connect_seeded, free_port, initdb_command, run_ok, skip_test, sql_edition,
+    Client, Server, COUNTER, ROOT,
 };
 
 /// The database the tests use; owned by `app_admin`, as a database an RDS customer creates.
@@ -151,19 +151,8 @@ impl ManagedServer {
         // connect over 127.0.0.1 without passwords; RDS uses passwords or IAM, which changes
         // nothing a test checks here), UTF8 and the C.UTF-8 locale, `postgres` the bootstrap
         // superuser.
-        let mut initdb = as_server_user(&server.bindir.join("initdb"));
-        initdb
-            .args([
-                "-A",
-                "trust",
-                "-U",
-                "postgres",
-                "-E",
-                "UTF8",
-                "--locale=C.UTF-8",
-                "-D",
-            ])
-            .arg(server.dir.join("data"));
+        let mut initdb = initdb_command(&server.bindir);
+        initdb.arg("-D").arg(server.dir.join("data"));
         run_ok(&mut initdb, "initdb (managed-style)");
         server.start_on_free_port();
         server.set_up();

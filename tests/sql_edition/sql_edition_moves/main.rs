@@ -120,7 +120,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use pg_idem_tests::managed::{self, ManagedServer};
-use pg_idem_tests::{as_server_user, bindir, major, sqlstate, Client, Column, NoTls, Server};
+use pg_idem_tests::{
+    as_server_user, bindir, major, sqlstate, succeeded, Client, Column, NoTls, Server,
+};
 
 mod directions;
 mod found;
@@ -199,14 +201,7 @@ enum Install {
 }
 
 fn run_ok(what: &str, out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    String::from_utf8_lossy(&succeeded(what, out).stdout).into_owned()
 }
 
 fn local_roles_and_database(server: &Server) {
