@@ -400,8 +400,8 @@ const ADVISORY_LOCK_WORKAROUND: &str = "\
     GRANT EXECUTE ON FUNCTION pg_catalog.pg_advisory_xact_lock(bigint), \
         pg_catalog.pg_try_advisory_xact_lock(bigint) TO app_owner;";
 
-/// A purge left open by a role holds no other tenant's keys (tests/tenant_boundary.rs): with
-/// tenant grants on, neither idem_purge() nor the purge the SQL edition's calls do in passing
+/// A purge left open by a role holds no other tenant's keys (tests/attacks/tenant_boundary.rs):
+/// with tenant grants on, neither idem_purge() nor the purge the SQL edition's calls do in passing
 /// may lock keys of tenants the caller has no grant on.
 #[test]
 fn an_open_transaction_holds_no_other_tenants_keys() {

@@ -6,7 +6,7 @@ use super::*;
 /// bank_app may act on tenant 'bank' (whose order is paid and completed); mallory on none,
 /// but owns a table whose expression index calls pg_idem once armed: it forgets bank's order
 /// and consumes bank's message, and counts in sequences whether pg_idem let it (a function
-/// declared IMMUTABLE may not INSERT), as in tests/tenant_boundary.rs.
+/// declared IMMUTABLE may not INSERT), as in tests/attacks/tenant_boundary.rs.
 fn bank_and_mallorys_trap(server: &Server) {
     server
         .client()

@@ -108,7 +108,7 @@ fn force_parallel() -> &'static str {
 /// check must work there. The SQL edition's check opens a subtransaction (the probe for a
 /// security-restricted operation), which parallel mode forbids: 25000; so it is declared
 /// PARALLEL UNSAFE there. (The native edition answers in parallel mode:
-/// tests/tenant_grants.rs, the_tenant_check_answers_in_a_parallel_query.)
+/// tests/attacks/tenant_grants.rs, the_tenant_check_answers_in_a_parallel_query.)
 #[test]
 fn idem_watermark_answers_in_a_parallel_query() {
     let server = plain_server(&[]);

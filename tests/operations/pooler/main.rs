@@ -13,7 +13,8 @@
 //! COMMIT as simple queries); only the session-mode case uses `query`, which works there.
 //!
 //! Every case runs on the engine path and on the SPI path (a trigger on idem.keys, as
-//! tests/security.rs and tests/key_store.rs force it), and checks which path it took.
+//! tests/attacks/security.rs and tests/behaviour/key_store.rs force it), and checks which path it
+//! took.
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
