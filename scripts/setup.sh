@@ -21,11 +21,12 @@ wanted=("$@")
 [ "${#wanted[@]}" = 0 ] && wanted=(15)
 [ "${wanted[*]}" = all ] && wanted=("${SUPPORTED_PG[@]}")
 
-# faketime: the failover tests set a standby's clock back (tests/failover.rs; reported as skipped
-# without it, and a failure in scripts/test.sh, which requires it)
-# pgbouncer: the pooler suite (tests/pooler.rs) runs its own PgBouncer, never Debian's service
+# faketime: the failover tests set a standby's clock back (tests/cluster/failover.rs; reported as
+# skipped without it, and a failure in scripts/test.sh, which requires it)
+# pgbouncer: the pooler suite (tests/operations/pooler/) runs its own PgBouncer, never Debian's
+# service
 # postgresql-15-cron: pg_cron, which the SQL edition's purge test schedules idem_purge() with
-# (tests/sql_edition_purge.rs; every managed service offers it)
+# (tests/sql_edition/sql_edition_purge.rs; every managed service offers it)
 packages=(postgresql-15 postgresql-server-dev-15 postgresql-client-15 libclang-dev clang sudo python3-venv faketime pgbouncer postgresql-15-cron)
 command -v node >/dev/null || packages+=(nodejs)
 command -v npm >/dev/null || packages+=(npm)

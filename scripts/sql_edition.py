@@ -33,8 +33,8 @@ An update is made of what the release already has, so nothing is written twice:
      has) dropped: in an extension only its members; in a plain install every function there,
      which belongs to pg_idem, each with a NOTICE.
 Function bodies are not checked while the update runs (check_function_bodies off, as pg_dump
-does): a body may name what a later statement creates. tests/sql_edition_updates.rs updates a
-database from one version to a made-up next one and compares it with a fresh install.
+does): a body may name what a later statement creates. tests/sql_edition/sql_edition_updates.rs
+updates a database from one version to a made-up next one and compares it with a fresh install.
 
 A function `sym` declared `LANGUAGE c ... AS 'MODULE_PATHNAME', 'sym'` gets the body in
 sql/edition/functions/sym.sql. Its first line may say `-- language: sql` (default plpgsql), or

@@ -3,7 +3,7 @@
 //! extension (`src/rules/` of pg_idem) reads the row, asks these functions, and turns their
 //! answers into results, SQLSTATEs and writes. So the decisions run under a plain `cargo test`
 //! (tests/decisions.rs), from the same table (`decisions.json`) that the client suites run
-//! against both editions through SQL (tests/decisions.rs of pg_idem_tests).
+//! against both editions through SQL (tests/behaviour/decisions.rs of pg_idem_tests).
 //!
 //! - `time`: the clock's unit and the one way a duration is added to it
 //! - `row`: what a decision reads of a key's row (`Seen`), its state and its times

@@ -23,7 +23,8 @@
 # /usr/share/postgresql/15, /usr/lib/postgresql/15/lib, /usr/include/postgresql/15/server, all
 # under /usr), so a copy that keeps Debian's layout below a new usr/ runs from its copy, as
 # tests/package/run.sh does; the relocatable trees compute everything from their bin/. Checked
-# below on the copy's pg_config, and the server's PKGLIBDIR/SHAREDIR by tests/managed_server.rs.
+# below on the copy's pg_config, and the server's PKGLIBDIR/SHAREDIR by
+# tests/sql_edition/managed_server.rs.
 #
 # Quick when already made: a stamp file records the source PostgreSQL's `postgres -V`, its path,
 # the pg_tle tarball's checksum and this script's layout version; the copy is made again when any

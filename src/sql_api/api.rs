@@ -332,8 +332,8 @@ mod tests {
     }
 
     // A #[pg_test] is one transaction, and a takeover needs another one: takeovers are tested through
-    // real sessions (tests/sessions.rs, tests/extras.rs). Inside the transaction that holds the key,
-    // an expired lease is no reason to take its own key over.
+    // real sessions (tests/behaviour/sessions.rs, tests/behaviour/extras.rs). Inside the
+    // transaction that holds the key, an expired lease is no reason to take its own key over.
     #[pg_test]
     fn own_claim_past_its_lease_stays_in_progress() {
         let t = "own_claim_past_its_lease_stays_in_progress";

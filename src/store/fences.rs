@@ -55,8 +55,8 @@ const FLOOR_AHEAD: Micros = 60 * 1_000_000;
 
 /// Databases one server lifetime can draw fences for at once. A dropped database's slot is
 /// reused, and re-creating the extension in a database reuses the database's slot. Debug
-/// builds, which the test command installs, hold 256, so that tests/fence_tokens.rs runs past
-/// the end of the table in seconds on every version (4,200 re-creations took six minutes);
+/// builds, which the test command installs, hold 256, so that tests/behaviour/fence_tokens.rs runs
+/// past the end of the table in seconds on every version (4,200 re-creations took six minutes);
 /// the code that uses them is the same.
 const SLOTS: usize = if cfg!(debug_assertions) { 256 } else { 4096 };
 

@@ -13,6 +13,27 @@ pub fn sqlstate(error: &postgres::Error) -> String {
         .unwrap_or_default()
 }
 
+/// Every function that takes a tenant, called on tenant `$T` (and key 'k', fence 1): the list
+/// the tenant-grant suites (tests/attacks/tenant_grants.rs, and sql_edition_security's
+/// tenants) run on a tenant the role may not act on.
+pub const TENANT_CALLS: &[&str] = &[
+    "SELECT * FROM idem_claim('$T', 'k', 'h')",
+    "SELECT * FROM idem_claim_many('$T', ARRAY['k'], ARRAY['h'])",
+    "SELECT idem_complete('$T', 'k', 1, 200)",
+    "SELECT idem_fail_final('$T', 'k', 1, 500)",
+    "SELECT idem_release('$T', 'k', 1)",
+    "SELECT idem_heartbeat('$T', 'k', 1)",
+    "SELECT idem_forget('$T', 'k')",
+    "SELECT idem_checkpoint('$T', 'k', 1, 'p')",
+    "SELECT idem_assert_fence('$T', 'k', 1)",
+    "SELECT * FROM idem_claim_seq('$T', 's', 1)",
+    "SELECT idem_watermark('$T', 's')",
+    "SELECT idem_reset_watermark('$T', 's', 0)",
+    "SELECT idem_consume('$T', 'm')",
+    "SELECT * FROM idem_consume_many('$T', ARRAY['m'])",
+    "SELECT * FROM idem_complete_many('$T', ARRAY['k'], ARRAY[1::bigint], ARRAY[200])",
+];
+
 /// Waits until `condition` holds, polling; panics with `what` after `timeout`.
 pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
@@ -195,4 +216,31 @@ pub fn simple_one(db: &mut Client, sql: &str) -> Result<Option<String>, postgres
         }
     }
     Ok(None)
+}
+
+/// Every row of a simple-protocol query (several statements allowed), each column as text. On
+/// an error, one more round trip before returning it: the error reaches the client before the
+/// server has rolled the statement back and let its locks go, and an empty query waits for
+/// that, so that the next statement (in another session, perhaps) does not meet them.
+pub fn simple_rows(
+    db: &mut Client,
+    sql: &str,
+) -> Result<Vec<Vec<Option<String>>>, postgres::Error> {
+    match db.simple_query(sql) {
+        Ok(messages) => Ok(messages
+            .iter()
+            .filter_map(|m| match m {
+                postgres::SimpleQueryMessage::Row(row) => Some(
+                    (0..row.len())
+                        .map(|i| row.get(i).map(str::to_string))
+                        .collect(),
+                ),
+                _ => None,
+            })
+            .collect()),
+        Err(e) => {
+            let _ = db.simple_query("");
+            Err(e)
+        }
+    }
 }

@@ -21,7 +21,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::Ordering;
 
-use crate::{as_server_user, connect_seeded, free_port, run_ok, skip_test, Client, COUNTER, ROOT};
+use crate::{
+    as_server_user, connect_seeded, free_port, initdb_command, run_ok, skip_test, sql_edition,
+    Client, Server, COUNTER, ROOT,
+};
 
 /// The database the tests use; owned by `app_admin`, as a database an RDS customer creates.
 pub const DATABASE: &str = "app";
@@ -33,6 +36,34 @@ pub const ADMIN: &str = "app_admin";
 /// An application's login: LOGIN NOSUPERUSER, no other attribute or membership; what it may do
 /// is what `app_admin` grants it.
 pub const USER: &str = "app_user";
+
+/// The customer's two roles on a plain test server ([`Server`]: no pg_tle, no database
+/// [`DATABASE`]), as the suites that compare the editions or attack the SQL edition make them:
+/// [`ADMIN`] (LOGIN CREATEROLE, not a superuser) owns database `postgres` and its schema
+/// `public`; [`USER`] is a login with no attribute.
+pub fn app_roles(server: &Server) {
+    server
+        .client()
+        .batch_execute(&format!(
+            "CREATE ROLE {ADMIN} LOGIN CREATEROLE; CREATE ROLE {USER} LOGIN;
+             ALTER DATABASE postgres OWNER TO {ADMIN};
+             ALTER SCHEMA public OWNER TO {ADMIN};"
+        ))
+        .expect("roles");
+}
+
+/// A server with no pg_idem library ([`Server::start_bare`]) and the [`app_roles`], where
+/// [`ADMIN`] ran the SQL edition's plain install ([`sql_edition`]) into database `postgres` in
+/// one transaction, and so owns pg_idem: the SQL edition as a DBA installs it without pg_tle.
+pub fn plain_server(conf: &[&str]) -> Server {
+    let server = Server::start_bare(conf);
+    app_roles(&server);
+    server
+        .client_as(ADMIN)
+        .batch_execute(&format!("BEGIN;\n{}\nCOMMIT;", sql_edition().plain))
+        .expect("plain install of the SQL edition");
+    server
+}
 
 /// A running managed-style server; see the module documentation.
 pub struct ManagedServer {
@@ -120,19 +151,8 @@ impl ManagedServer {
         // connect over 127.0.0.1 without passwords; RDS uses passwords or IAM, which changes
         // nothing a test checks here), UTF8 and the C.UTF-8 locale, `postgres` the bootstrap
         // superuser.
-        let mut initdb = as_server_user(&server.bindir.join("initdb"));
-        initdb
-            .args([
-                "-A",
-                "trust",
-                "-U",
-                "postgres",
-                "-E",
-                "UTF8",
-                "--locale=C.UTF-8",
-                "-D",
-            ])
-            .arg(server.dir.join("data"));
+        let mut initdb = initdb_command(&server.bindir);
+        initdb.arg("-D").arg(server.dir.join("data"));
         run_ok(&mut initdb, "initdb (managed-style)");
         server.start_on_free_port();
         server.set_up();

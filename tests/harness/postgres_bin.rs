@@ -43,6 +43,12 @@ pub(crate) fn run_ok(cmd: &mut Command, what: &str) -> Output {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    succeeded(what, out)
+}
+
+/// `out`, what the program `what` printed, when it exited successfully; otherwise a panic with
+/// its exit status, stdout and stderr.
+pub fn succeeded(what: &str, out: Output) -> Output {
     assert!(
         out.status.success(),
         "{what} failed: {}\n{}{}",
@@ -51,6 +57,23 @@ pub(crate) fn run_ok(cmd: &mut Command, what: &str) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// initdb of the PostgreSQL in `bindir`, as the server's OS user, with what every test cluster
+/// has: trust authentication, `postgres` the bootstrap superuser, UTF8 and the C.UTF-8 locale.
+/// The caller adds `-D` and its directory (and anything else).
+pub fn initdb_command(bindir: &Path) -> Command {
+    let mut cmd = as_server_user(&bindir.join("initdb"));
+    cmd.args([
+        "-A",
+        "trust",
+        "-U",
+        "postgres",
+        "-E",
+        "UTF8",
+        "--locale=C.UTF-8",
+    ]);
+    cmd
 }
 
 /// The major version of the PostgreSQL pg_idem is installed into (PG_CONFIG's).
@@ -169,18 +192,8 @@ pub(crate) fn template() -> &'static Path {
         let building =
             PathBuf::from(ROOT).join(format!("template-building-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&building);
-        let mut cmd = as_server_user(&bindir().join("initdb"));
-        cmd.args([
-            "-A",
-            "trust",
-            "-U",
-            "postgres",
-            "-E",
-            "UTF8",
-            "--locale=C.UTF-8",
-            "-D",
-        ])
-        .arg(&building);
+        let mut cmd = initdb_command(&bindir());
+        cmd.arg("-D").arg(&building);
         run_ok(&mut cmd, "initdb");
         if std::fs::rename(&building, &template).is_err() {
             // another test process got there first

@@ -33,13 +33,7 @@ impl Server {
                 "-D", &data_arg, "-R", "-X", "stream", "-c", "fast", "-d", &primary,
             ],
         );
-        assert!(
-            out.status.success(),
-            "pg_basebackup failed: {}\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded("pg_basebackup", out);
         let mut standby = Server { dir, port: 0 };
         let mut last_error = String::new();
         for _ in 0..3 {

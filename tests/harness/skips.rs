@@ -2,12 +2,12 @@
 
 /// Called by a test that cannot run here because `dependency` is missing, right before it
 /// returns without checking anything; `reason` says what is missing and how to get it. The
-/// dependencies: `citus` (tests/citus.rs), `faketime` (the clock tests of tests/failover.rs),
-/// `prlimit` (a backend's memory limit in tests/hardening.rs), `pg_upgrade` (the two bin
-/// directories tests/pg_upgrade.rs needs), `pg_tle` (the managed-style servers of
-/// tests/harness/managed.rs), `debug-build` (the 256 fence slots of a debug build,
-/// tests/fence_tokens.rs), `native edition` (a test of what only the native engine has, run
-/// under `PG_IDEM_EDITION=sql`: see [`native_only`]).
+/// dependencies: `citus` (tests/cluster/citus/), `faketime` (the clock tests of
+/// tests/cluster/failover.rs), `prlimit` (a backend's memory limit in tests/attacks/hardening.rs),
+/// `pg_upgrade` (the two bin directories tests/operations/pg_upgrade.rs needs), `pg_tle` (the
+/// managed-style servers of tests/harness/managed.rs), `debug-build` (the 256 fence slots of a
+/// debug build, tests/behaviour/fence_tokens.rs), `native edition` (a test of what only the native
+/// engine has, run under `PG_IDEM_EDITION=sql`: see [`native_only`]).
 ///
 /// cargo counts such a test as passed, so the skip is recorded where the test command counts
 /// it: a line `SKIPPED: <suite>::<test>: <reason>` on stderr (shown with --nocapture) and

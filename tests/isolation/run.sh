@@ -130,7 +130,7 @@ case "$path" in
         ;;
     spi)
         # Any row trigger but pg_idem's own (lift_fence_clock) makes the engine hand idem.keys
-        # to the SPI path, whose INSERT, UPDATE and DELETE fire it (tests/key_store.rs,
+        # to the SPI path, whose INSERT, UPDATE and DELETE fire it (tests/behaviour/key_store.rs,
         # an_idem_keys_the_engine_cannot_write_takes_the_spi_path). This one does nothing.
         psql_ -d "$dbname" -c "CREATE EXTENSION pg_idem" \
             -c "CREATE FUNCTION public.isolation_no_op() RETURNS trigger LANGUAGE plpgsql AS

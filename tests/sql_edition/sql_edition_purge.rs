@@ -5,26 +5,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use pg_idem_tests::managed::{ADMIN, USER};
-use pg_idem_tests::{skip_test, sql_edition, wait_for, Client, Server};
-
-/// A server with the SQL edition installed plainly by `ADMIN`, the database's owner.
-fn plain_server(conf: &[&str]) -> Server {
-    let server = Server::start_bare(conf);
-    server
-        .client()
-        .batch_execute(&format!(
-            "CREATE ROLE {ADMIN} LOGIN CREATEROLE; CREATE ROLE {USER} LOGIN;
-             ALTER DATABASE postgres OWNER TO {ADMIN};
-             ALTER SCHEMA public OWNER TO {ADMIN};"
-        ))
-        .expect("roles");
-    server
-        .client_as(ADMIN)
-        .batch_execute(&format!("BEGIN;\n{}\nCOMMIT;", sql_edition().plain))
-        .expect("plain install of the SQL edition");
-    server
-}
+use pg_idem_tests::managed::{plain_server, ADMIN, USER};
+use pg_idem_tests::{skip_test, wait_for, Client};
 
 fn count_keys(admin: &mut Client) -> i64 {
     admin

@@ -3,25 +3,6 @@
 
 use pg_idem_tests::*;
 
-/// Every function that takes a tenant, called on tenant `$T` (and key 'k', fence 1).
-const TENANT_CALLS: &[&str] = &[
-    "SELECT * FROM idem_claim('$T', 'k', 'h')",
-    "SELECT * FROM idem_claim_many('$T', ARRAY['k'], ARRAY['h'])",
-    "SELECT idem_complete('$T', 'k', 1, 200)",
-    "SELECT idem_fail_final('$T', 'k', 1, 500)",
-    "SELECT idem_release('$T', 'k', 1)",
-    "SELECT idem_heartbeat('$T', 'k', 1)",
-    "SELECT idem_forget('$T', 'k')",
-    "SELECT idem_checkpoint('$T', 'k', 1, 'p')",
-    "SELECT idem_assert_fence('$T', 'k', 1)",
-    "SELECT * FROM idem_claim_seq('$T', 's', 1)",
-    "SELECT idem_watermark('$T', 's')",
-    "SELECT idem_reset_watermark('$T', 's', 0)",
-    "SELECT idem_consume('$T', 'm')",
-    "SELECT * FROM idem_consume_many('$T', ARRAY['m'])",
-    "SELECT * FROM idem_complete_many('$T', ARRAY['k'], ARRAY[1::bigint], ARRAY[200])",
-];
-
 fn setup(server: &Server) {
     server
         .client()

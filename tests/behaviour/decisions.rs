@@ -12,7 +12,7 @@ const OUR_REQUEST: &str = "h";
 const OTHER_REQUEST: &str = "other-h";
 
 fn table() -> Value {
-    serde_json::from_str(include_str!("../rules/decisions.json")).expect("rules/decisions.json")
+    serde_json::from_str(include_str!("../../rules/decisions.json")).expect("rules/decisions.json")
 }
 
 fn cases<'t>(table: &'t Value, kind: &str) -> &'t Vec<Value> {

@@ -9,9 +9,8 @@
 //! details are masked.
 
 use pg_idem_tests::managed::{self, ManagedServer};
-use pg_idem_tests::{sql_edition, Client, Edition, NoTls, Server};
+use pg_idem_tests::{simple_rows, sql_edition, Client, Edition, NoTls, Server};
 
-#[path = "sql_edition/settings.rs"]
 mod settings;
 
 /// Where the calls go.
@@ -28,17 +27,6 @@ enum Target {
 const ADMIN: &str = managed::ADMIN;
 const USER: &str = managed::USER;
 
-fn roles(server: &Server) {
-    server
-        .client()
-        .batch_execute(&format!(
-            "CREATE ROLE {ADMIN} LOGIN CREATEROLE; CREATE ROLE {USER} LOGIN;
-             ALTER DATABASE postgres OWNER TO {ADMIN};
-             ALTER SCHEMA public OWNER TO {ADMIN};"
-        ))
-        .expect("roles");
-}
-
 /// The native edition purges with its worker only (paused in these tests): so that the steps
 /// purge the same keys, the SQL edition's calls do not purge in passing either.
 fn no_purge_in_passing(owner: &mut Client) {
@@ -51,7 +39,7 @@ impl Target {
     fn native() -> Target {
         // the purge worker paused: the SQL edition has none, and the steps purge themselves
         let server = Server::start_as(Edition::Native, &["pg_idem.purge_interval = 0"]);
-        roles(&server);
+        managed::app_roles(&server);
         Target::Native(server)
     }
 
@@ -63,18 +51,13 @@ impl Target {
             .client()
             .batch_execute("CREATE EXTENSION pg_idem")
             .expect("create extension");
-        roles(&server);
+        managed::app_roles(&server);
         Target::Native(server)
     }
 
     fn plain() -> Target {
-        let server = Server::start_bare(&[]);
-        roles(&server);
-        let mut admin = server.client_as(ADMIN);
-        admin
-            .batch_execute(&format!("BEGIN;\n{}\nCOMMIT;", sql_edition().plain))
-            .expect("plain install of the SQL edition");
-        no_purge_in_passing(&mut admin);
+        let server = managed::plain_server(&[]);
+        no_purge_in_passing(&mut server.client_as(ADMIN));
         Target::Plain(server)
     }
 
@@ -193,25 +176,9 @@ fn mask_clock_times(text: &str) -> String {
 }
 
 fn run_step(client: &mut Client, sql: &str) -> Answer {
-    match client.simple_query(sql) {
-        Ok(messages) => Answer::Rows(
-            messages
-                .iter()
-                .filter_map(|m| match m {
-                    postgres::SimpleQueryMessage::Row(row) => Some(
-                        (0..row.len())
-                            .map(|i| row.get(i).map(str::to_string))
-                            .collect(),
-                    ),
-                    _ => None,
-                })
-                .collect(),
-        ),
+    match simple_rows(client, sql) {
+        Ok(rows) => Answer::Rows(rows),
         Err(e) => {
-            // the client gets the error before the server has rolled the statement back and
-            // let its locks go: a round trip waits for that, so that the next step (in another
-            // session) does not meet them
-            let _ = client.simple_query("");
             let db = e
                 .as_db_error()
                 .unwrap_or_else(|| panic!("{sql}: not a server error: {e}"));

@@ -10,7 +10,7 @@ use pg_idem_tests::*;
 
 /// Why every test here is the native edition's only.
 const NATIVE_ONLY: &str = "ALTER EXTENSION pg_idem UPDATE through sql/pg_idem--*--*.sql with \
-    the new library loaded; the SQL edition's updates are tests/sql_edition_updates.rs's";
+    the new library loaded; the SQL edition's updates are tests/sql_edition/sql_edition_updates.rs's";
 
 fn extversion(db: &mut Client) -> String {
     db.query_one(

@@ -22,7 +22,8 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use pg_idem_tests::{
-    as_server_user, skip_test, sqlstate, try_claim, wait_for, Claim, Client, Column, NoTls,
+    as_server_user, initdb_command, skip_test, sqlstate, succeeded, try_claim, wait_for, Claim,
+    Client, Column, NoTls,
 };
 
 /// Expired keys left for the purge worker: a hundred purge transactions (batches of 1000) while
@@ -50,13 +51,7 @@ fn text(out: &Output) -> String {
 }
 
 fn run_ok(cmd: &mut Command, what: &str) -> String {
-    let out = output(cmd, what);
-    assert!(
-        out.status.success(),
-        "{what} failed: {}\n{}",
-        out.status,
-        text(&out)
-    );
+    let out = succeeded(what, output(cmd, what));
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
@@ -112,16 +107,7 @@ impl Cluster {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create cluster dir");
         let _ = Command::new("chmod").arg("777").arg(&dir).status();
-        let mut initdb = as_server_user(&bindir.join("initdb"));
-        initdb.args([
-            "-A",
-            "trust",
-            "-U",
-            "postgres",
-            "-E",
-            "UTF8",
-            "--locale=C.UTF-8",
-        ]);
+        let mut initdb = initdb_command(bindir);
         // pg_upgrade needs both clusters alike; initdb enables checksums by default from 18 on
         if major(bindir) >= 18 {
             initdb.arg("--no-data-checksums");

@@ -136,7 +136,7 @@ fn releases() -> Releases {
     std::fs::write(
         new.join(format!("sql/pg_idem--{old_v}--{new_v}.sql")),
         format!(
-            "-- pg_idem {old_v} -> {new_v} (made up by tests/sql_edition_updates.rs)\n{NEW_FUNCTION}"
+            "-- pg_idem {old_v} -> {new_v} (made up by tests/sql_edition/sql_edition_updates.rs)\n{NEW_FUNCTION}"
         ),
     )
     .unwrap();
