@@ -34,7 +34,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 from lib import BenchError, Server, log, median, run_pgbench, use_pg  # noqa: E402
-from sql_edition import bench_schema, generate_sql_edition, install_sql_edition  # noqa: E402
+from lib.editions import bench_schema, generate_sql_edition, install_sql_edition  # noqa: E402
 
 SHOP = """
 CREATE SCHEMA shop;

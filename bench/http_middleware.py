@@ -30,8 +30,8 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import environment  # noqa: E402
 from lib import REPO_DIR as REPO, BenchError, Server, log, median  # noqa: E402
+from lib.environment import environment  # noqa: E402
 
 VENV_PY = "clients/python/.venv/bin/python"
 # pair -> (package's reference app, the same route with hand-written glue)

@@ -33,9 +33,9 @@ from pathlib import Path
 from lib import (BATCH, BENCH_DIR, FILL_WORKERS, REPO_DIR, SCENARIO_DIR, SERVER_SETTINGS, BenchError,
                  PgbenchResult, Server, calibrate, check_tools, conf_lines, exit_status, fill_handrolled, fill_idem, interrupt_on_sigterm,
                  library_replaced, log, median, percentile, run_pgbench, stamp_end, timed_notice, use_pg)
-from scenario_list import SCENARIOS
-from environment import environment
-import render
+from lib import render
+from lib.environment import environment
+from lib.scenario_list import SCENARIOS
 
 # ------------------------------------------------------------------------------------------------
 # Data preparation
@@ -463,6 +463,8 @@ def parse_args(argv):
                    "(scripts/install.sh --pg NN)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="extra postgresql.conf line (repeatable), e.g. --set synchronous_commit=off")
+    p.add_argument("--render", metavar="RESULTS_JSON",
+                   help="only re-render report.md and tps.svg next to a results.json, no measuring")
     a = p.parse_args(argv)
     full = dict(rounds=3, duration=30, keys=1_000_000, replay_keys=100_000, warmup=5, latency_seconds=20)
     smoke = dict(rounds=1, duration=3, keys=20_000, replay_keys=5_000, warmup=1, latency_seconds=3)
@@ -479,6 +481,11 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv if argv is not None else sys.argv[1:])
+    if args.render:
+        path = Path(args.render)
+        render.render(path.parent, json.loads(path.read_text()))
+        print(f"rendered {path.parent / 'report.md'} and {path.parent / 'tps.svg'}")
+        return 0
     if args.pg:
         use_pg(args.pg)
     out = Path(args.out).resolve()

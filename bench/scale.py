@@ -35,8 +35,8 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from lib import (PG_SH, REQUEST_HASH, BenchError, Server, calibrate, exit_status, fmt,  # noqa: E402
                  in_parallel, interrupt_on_sigterm, library_replaced, log, median, run_pgbench, stamp_end, use_pg)
-from environment import environment  # noqa: E402
-import charts  # noqa: E402
+from lib import charts  # noqa: E402
+from lib.environment import environment  # noqa: E402
 
 SCALE_DIR = BENCH_DIR / "scenarios" / "scale"
 GROUPS = {

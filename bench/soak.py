@@ -38,8 +38,8 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from lib import (BenchError, Server, calibrate, exit_status, interrupt_on_sigterm,  # noqa: E402
                  library_replaced, log, median, percentile, run_pgbench, stamp_end, use_pg)
-from environment import environment  # noqa: E402
-import charts  # noqa: E402
+from lib import charts  # noqa: E402
+from lib.environment import environment  # noqa: E402
 
 SCALE_DIR = BENCH_DIR / "scenarios" / "scale"
 SIDES = {"pg_idem": {"script": "consume.sql", "table": "idem.keys"},

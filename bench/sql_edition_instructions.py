@@ -55,7 +55,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 from lib import PG_SH, REQUEST_HASH, BenchError, Server, use_pg  # noqa: E402
-from sql_edition import bench_schema, file_info, generate_sql_edition, install_sql_edition, on_db  # noqa: E402
+from lib.editions import bench_schema, file_info, generate_sql_edition, install_sql_edition, on_db  # noqa: E402
 
 H = REQUEST_HASH
 BODY = "jsonb_build_object('payment_id', 1::bigint, 'status', 'succeeded', 'amount_cents', $3::bigint)"

@@ -45,8 +45,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 from lib import SCENARIO_DIR, BenchError, Server, log, run_pgbench, use_pg  # noqa: E402
-from sql_edition import (GROUPS, Side, bench_schema, file_info, generate_sql_edition,  # noqa: E402
-                         install_sql_edition, on_db)
+from lib.editions import (GROUPS, Side, bench_schema, file_info, generate_sql_edition,  # noqa: E402
+                          install_sql_edition, on_db)
 from perf_steps import samples  # noqa: E402
 
 HZ = 499
