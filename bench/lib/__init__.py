@@ -2,11 +2,11 @@
 server, pgbench and its per-transaction log, the noise indicators, the fills, the summaries of
 rounds, number formatting and the end of a run (the library check, the exit status).
 
-A runner or diagnostic has bench/ first on sys.path and imports this package: `from lib import
-Server, ...`. Its modules: charts (the SVG charts), environment (the machine and the library's
-build), render (run.py's report), scenario_list (run.py's scenarios), editions (the SQL edition
-beside the hand-written patterns and the native edition, for sql_edition.py, call_cost.py and
-the diagnostics that measure the SQL edition).
+A runner (bench/runners/) or diagnostic (bench/diagnostics/) puts bench/ first on sys.path and
+imports this package: `from lib import Server, ...`. Its modules: charts (the SVG charts),
+environment (the machine and the library's build), render (run.py's report), scenario_list
+(run.py's scenarios), editions (the SQL edition beside the hand-written patterns and the native
+edition, for sql_edition.py, call_cost.py and the diagnostics that measure the SQL edition).
 """
 
 from __future__ import annotations

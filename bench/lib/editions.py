@@ -1,5 +1,5 @@
 """The SQL edition beside the hand-written patterns and the native edition, as
-bench/sql_edition.py sets them up and the diagnostics that measure the SQL edition
+bench/runners/sql_edition.py sets them up and the diagnostics that measure the SQL edition
 (sql_edition_profile.py, sql_edition_instructions.py) and call_cost.py do too: the groups of
 scenarios, the databases, the plain install, each side's tables and counts, and the noise
 sampler that counts only the runner's own servers.
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import lib
-from lib import BENCH_DIR, REPO_DIR, BenchError, Server, fill_handrolled, fill_idem
+from lib import REPO_DIR, SCENARIO_DIR, BenchError, Server, fill_handrolled, fill_idem
 
 # group -> side -> scenario script; the first side is the hand-written pattern the ratios use
 GROUPS = {
@@ -103,10 +103,10 @@ def install_sql_edition(db: Server, path: Path) -> None:
 
 
 def bench_schema(native: bool) -> str:
-    text = (BENCH_DIR / "schema.sql").read_text()
+    text = (SCENARIO_DIR / "schema.sql").read_text()
     if not native:
         if SCHEMA_NO_EXT not in text:
-            raise BenchError(f"bench/schema.sql no longer has the line {SCHEMA_NO_EXT!r}")
+            raise BenchError(f"bench/scenarios/schema.sql no longer has the line {SCHEMA_NO_EXT!r}")
         text = text.replace(SCHEMA_NO_EXT, "")
     return text
 

@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """pg_idem benchmark runner (Python 3.11, standard library only).
 
-    python3 bench/run.py --smoke            # CI: a few seconds per scenario, small key counts
-    python3 bench/run.py                    # full run: 3 rounds x 30 s, 1M keys (~30-40 min)
-    python3 bench/run.py --rounds 2 --duration 15 --keys 200000    # a medium run
+    python3 bench/runners/run.py --smoke            # CI: a few seconds per scenario, small key counts
+    python3 bench/runners/run.py                    # full run: 3 rounds x 30 s, 1M keys (~30-40 min)
+    python3 bench/runners/run.py --rounds 2 --duration 15 --keys 200000    # a medium run
 
 Starts a throwaway PostgreSQL server (scripts/lib/pg.sh: initdb + pg_ctl as the `postgres` OS
 user, 127.0.0.1 on a free port) with shared_preload_libraries = 'pg_idem', loads
-bench/schema.sql, runs every scenario of bench/scenarios/ with pgbench in alternation (rounds in
-ABBA order, so drift on a noisy machine hits every scenario alike), measures sizes and the purge,
-writes OUT/report.md, OUT/tps.svg, OUT/results.json and OUT/server.log, and always stops the
-server. Exits non-zero when pgbench reported an error or a failed transaction, or a sanity check
-of a scenario failed. Targets are reported, never asserted.
+bench/scenarios/schema.sql, runs every scenario of bench/scenarios/ with pgbench in alternation
+(rounds in ABBA order, so drift on a noisy machine hits every scenario alike), measures sizes
+and the purge, writes OUT/report.md, OUT/tps.svg, OUT/results.json and OUT/server.log, and always
+stops the server. Exits non-zero when pgbench reported an error or a failed transaction, or a
+sanity check of a scenario failed. Targets are reported, never asserted.
+
+    python3 bench/runners/run.py --render bench/report/results.json   # re-render only
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ import time
 import uuid
 from pathlib import Path
 
-from lib import (BATCH, BENCH_DIR, FILL_WORKERS, REPO_DIR, SCENARIO_DIR, SERVER_SETTINGS, BenchError,
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # bench/, for the package lib
+
+from lib import (BATCH, BENCH_DIR, FILL_WORKERS, REPO_DIR, SCENARIO_DIR, SERVER_SETTINGS, BenchError,  # noqa: E402
                  PgbenchResult, Server, calibrate, check_tools, conf_lines, exit_status, fill_handrolled, fill_idem, interrupt_on_sigterm,
                  library_replaced, log, median, percentile, run_pgbench, stamp_end, timed_notice, use_pg)
-from lib import render
-from lib.environment import environment
-from lib.scenario_list import SCENARIOS
+from lib import render  # noqa: E402
+from lib.environment import environment  # noqa: E402
+from lib.scenario_list import SCENARIOS  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------
 # Data preparation
@@ -512,7 +516,7 @@ def main(argv=None) -> int:
     workdir = tempfile.mkdtemp(prefix="pg_idem_bench_logs.")
     try:
         server.start_logged()
-        server.execute((BENCH_DIR / "schema.sql").read_text())
+        server.execute((SCENARIO_DIR / "schema.sql").read_text())
         results["environment"] = environment(server)
         so = results["environment"].get("pg_idem_so", {})
         log(f"pg_idem.so: {so.get('bytes')} bytes, {so.get('profile_guess')}")

@@ -2,18 +2,18 @@
 """pg_idem's SQL edition against the hand-written patterns and the native edition (Python 3.11,
 standard library only).
 
-    python3 bench/sql_edition.py --smoke                 # < 1 minute: proves the runner works
-    python3 bench/sql_edition.py --pg 17                 # full: 3 rounds x 20 s per run
-    python3 bench/sql_edition.py --pg 17 --variant opt=/tmp/pg_idem--0.5.0.sql   # + a changed install file
+    python3 bench/runners/sql_edition.py --smoke                 # < 1 minute: proves the runner works
+    python3 bench/runners/sql_edition.py --pg 17                 # full: 3 rounds x 20 s per run
+    python3 bench/runners/sql_edition.py --pg 17 --variant opt=/tmp/pg_idem--0.5.0.sql   # + a changed install file
 
-Two throwaway servers (scripts/lib/pg.sh, set up as bench/run.py's; same settings):
+Two throwaway servers (scripts/lib/pg.sh, set up as bench/runners/run.py's; same settings):
 
 - server S, pg_idem NOT preloaded and never CREATE EXTENSIONed: the SQL edition, installed with its
   plain install file (scripts/sql_edition.py; one transaction, as the role that owns it) into
   database `sqled` (each --variant into `sqled_LABEL`), and the hand-written patterns in database
-  `hand` (bench/schema.sql without its CREATE EXTENSION);
-- server N, shared_preload_libraries = 'pg_idem': the native edition, CREATE EXTENSION (bench/schema.sql)
-  in database `native`.
+  `hand` (bench/scenarios/schema.sql without its CREATE EXTENSION);
+- server N, shared_preload_libraries = 'pg_idem': the native edition, CREATE EXTENSION
+  (bench/scenarios/schema.sql) in database `native`.
 
 Groups of scenarios, each at every --clients, each side with its bench/scenarios/ script:
 
@@ -28,7 +28,7 @@ truncated tables and a CHECKPOINT on its server (replay: from a pool of complete
 through the real calls). Writes OUT/results.json, OUT/report.md and OUT/tps.svg; OUT/server-*.log.
 Exits 1 when a run failed or a sanity check did not hold; targets are reported, not asserted.
 
-    python3 bench/sql_edition.py --render bench/report/sql-edition/results.json   # re-render only
+    python3 bench/runners/sql_edition.py --render bench/report/sql-edition/results.json   # re-render only
 """
 
 from __future__ import annotations
@@ -47,10 +47,9 @@ from html import escape
 from pathlib import Path
 from types import SimpleNamespace
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # bench/, for the package lib
 
-from lib import (BATCH, REPO_DIR, SCENARIO_DIR, SERVER_SETTINGS, BenchError, Server, calibrate,  # noqa: E402
+from lib import (BATCH, BENCH_DIR, REPO_DIR, SCENARIO_DIR, SERVER_SETTINGS, BenchError, Server, calibrate,  # noqa: E402
                  check_tools, conf_lines, exit_status, fmt, interrupt_on_sigterm,
                  library_replaced, log, run_pgbench, stamp_end, summarize_noise, summarize_rounds, use_pg)
 from lib import charts  # noqa: E402
@@ -66,7 +65,7 @@ GROUP_TITLES = {
 }
 SIDE_TITLES = {
     "hand": "hand-written",
-    "plpgsql": "PL/pgSQL reference (bench/schema.sql)",
+    "plpgsql": "PL/pgSQL reference (bench/scenarios/schema.sql)",
     "sql": "SQL edition",
     "native": "native edition",
 }
@@ -354,7 +353,7 @@ def write_report(out: Path, results: dict) -> None:
           f"idem.settings): " + (", ".join(f"`{k} = {v}`" for k, v in info.get("settings", {}).items())
                                  or "none, every setting at its default (purge in passing on)"))
     L(f"- Hand-written patterns: database `hand` of the same server as the SQL edition "
-      f"(bench/schema.sql without its CREATE EXTENSION).")
+      f"(bench/scenarios/schema.sql without its CREATE EXTENSION).")
     L("- Server settings (both servers; the native one also preloads pg_idem): "
       + ", ".join(f"`{k} = {v}`" for k, v in sorted(sqlenv.get("server_settings", {}).items())))
     la = results.get("loadavg", {})
@@ -434,7 +433,7 @@ def write_report(out: Path, results: dict) -> None:
             f"{side_title(s)}: `bench/scenarios/{sc}.sql`" for s, sc in sides.items()))
     L("")
     L("Per-run numbers (every round, noise indicators, `other_top`): `results.json`. Where the SQL edition's "
-      "time goes: `bench/sql_edition_profile.py` and `bench/README.md`, section *SQL edition*.")
+      "time goes: `bench/diagnostics/sql_edition_profile.py` and `bench/README.md`, section *SQL edition*.")
     (out / "report.md").write_text("\n".join(lines) + "\n")
 
 
