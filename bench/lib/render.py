@@ -369,7 +369,7 @@ def scenarios_and_end(L, args, clients, out, lines):
         L(f"- `{sc}` ({'%d clients' % args.contended_clients if sc == 'contended' else ', '.join(map(str, clients)) + ' clients'}): {DESCRIPTIONS[sc]} — `bench/scenarios/{sc}.sql`")
     L("")
     L("Where the time goes, per step and per function (perf with call chains, `bench/diagnostics/perf.sh`; "
-      "pg_stat_statements, `bench/diagnostics/breakdown.sh`): `bench/README.md`, section *Where the time goes*, "
+      "pg_stat_statements, `bench/diagnostics/breakdown.sh`): `docs/benchmarks.md`, section *Where the time goes*, "
       "with the raw profiles of the last report in `bench/report/perf.md`.")
     L("")
     L("Raw per-round numbers: `results.json`; server log: `server.log`.")

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """pg_idem at scale: pg_idem and the hand-written patterns side by side at growing table sizes
-(Python 3.11, standard library only; see bench/README.md, "Scale").
+(Python 3.11, standard library only; see bench/README.md, "scale.py").
 
     python3 bench/runners/scale.py --smoke --pg 17                 # < 1 minute, tiny sizes, exits 1 on a failed check
     python3 bench/runners/scale.py --pg 17                         # 0 and 10M keys, UUIDv4 and UUIDv7
@@ -608,7 +608,7 @@ def render(out: Path, results: dict) -> None:
                          "pre-fill, 95 again for the runs; handrolled_keys has 100): new keys go to new pages ("
                          "15 and 7 of 3,000 to old pages), about as after real calls on pg_idem's side (68) and "
                          "unlike them on the hand-written side (437); the pre-filled heap is denser than one grown by real "
-                         "calls (bench/README.md, *What the pre-fill does not reproduce*).")
+                         "calls (docs/benchmarks.md, *What the pre-fill does not reproduce*).")
             rw = step.get("row_width") or {}
             if rw:
                 L.append("Row bytes (`pg_column_size`), a real call's row vs a pre-filled row: "

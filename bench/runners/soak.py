@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Steady-state soak: idem_consume with pg_idem's purge worker against the hand-written inbox with
 its own clean-up job, side by side on one server, at a fixed rate, for half an hour (Python 3.11,
-standard library only; see bench/README.md, "Soak").
+standard library only; see bench/README.md, "soak.py").
 
     python3 bench/runners/soak.py --smoke --pg 17     # < 1 minute; exits 1 on a failed sanity check
     python3 bench/runners/soak.py --pg 17             # 30 minutes, 300 messages/s per side, ttl 60 s

@@ -433,7 +433,7 @@ def write_report(out: Path, results: dict) -> None:
             f"{side_title(s)}: `bench/scenarios/{sc}.sql`" for s, sc in sides.items()))
     L("")
     L("Per-run numbers (every round, noise indicators, `other_top`): `results.json`. Where the SQL edition's "
-      "time goes: `bench/diagnostics/sql_edition_profile.py` and `bench/README.md`, section *SQL edition*.")
+      "time goes: `bench/diagnostics/sql_edition_profile.py` and `docs/benchmarks.md`, section *SQL edition*.")
     (out / "report.md").write_text("\n".join(lines) + "\n")
 
 
@@ -453,7 +453,7 @@ def render(out: Path, results: dict) -> None:
 # ------------------------------------------------------------------------------------------------
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description="pg_idem SQL edition benchmark (see bench/README.md, SQL edition)")
+    p = argparse.ArgumentParser(description="pg_idem SQL edition benchmark (see bench/README.md, sql_edition.py)")
     p.add_argument("--smoke", action="store_true", help="< 1 minute: 1 round x 1 s per run, a small replay pool")
     p.add_argument("--out", default=str(BENCH_DIR / "out" / "sql-edition"))
     p.add_argument("--rounds", type=int, help="rounds (full: 3)")
