@@ -1,5 +1,5 @@
 // POST /payments with the glue written by hand (what a team writes without the package): the same
-// claim, insert and completion as clients/node's reference app, for bench/http_middleware.py.
+// claim, insert and completion as clients/node's reference app, for bench/runners/http_middleware.py.
 //
 //     node handwritten-express.js --dsn DSN --port PORT
 'use strict';

@@ -1,5 +1,5 @@
 """POST /payments with the glue written by hand (what a team writes without the package): the
-same claim, insert and completion as clients/python's reference app, for bench/http_middleware.py.
+same claim, insert and completion as clients/python's reference app, for bench/runners/http_middleware.py.
 
     python handwritten_fastapi.py --dsn DSN --port PORT
 """

@@ -1,5 +1,5 @@
 -- inbox: the hand-written inbox a message consumer writes, one message per transaction:
--- INSERT ... ON CONFLICT DO NOTHING into processed_messages (bench/schema.sql) says whether the
+-- INSERT ... ON CONFLICT DO NOTHING into processed_messages (schema.sql) says whether the
 -- message is new, then the business INSERT, in one transaction, one statement per step. The
 -- message id comes from the client (a random 63-bit number, as text), subscribers sub-1..sub-10.
 -- RETURNING ... \gset fails the run when the message was not new (no row returned), so the

@@ -1,4 +1,4 @@
--- plpgsql: the PL/pgSQL implementation of the same contract (bench/schema.sql), fresh keys (the
+-- plpgsql: the PL/pgSQL implementation of the same contract (schema.sql), fresh keys (the
 -- key comes from the client, as in every scenario).
 -- 1 / (outcome = 'claimed') fails the run if a claim ever answers anything but claimed.
 \set tenant random(1, 100)

@@ -1,5 +1,5 @@
 -- scale variant of ../consume_batch.sql: the 100 message ids are UUIDs,
--- bench_uuid(:kind, seed || '-' || g, now()) (bench/scale_schema.sql), the same array as
+-- bench_uuid(:kind, seed || '-' || g, now()) (scale/schema.sql), the same array as
 -- scale/inbox_batch.sql. Same sanity check: 1 / (count = 100).
 \set sub random(1, 10)
 \set seed random(1, 9223372036854775807)

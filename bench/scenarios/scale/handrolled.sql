@@ -1,4 +1,4 @@
--- scale variant of ../handrolled.sql: the key is a UUID, bench_uuid(:kind, ...) (bench/scale_schema.sql),
+-- scale variant of ../handrolled.sql: the key is a UUID, bench_uuid(:kind, ...) (scale/schema.sql),
 -- kind 4 or 7 from pgbench -D kind=N. Same statements and sanity checks (\gset wants one row).
 \set tenant random(1, 100)
 \set r random(1, 9223372036854775807)

@@ -1,5 +1,5 @@
 -- scale variant of ../inbox.sql: the message id is a UUID, bench_uuid(:kind, ...)
--- (bench/scale_schema.sql), kind 4 or 7 from pgbench -D kind=N. Same sanity check: RETURNING \gset.
+-- (scale/schema.sql), kind 4 or 7 from pgbench -D kind=N. Same sanity check: RETURNING \gset.
 \set sub random(1, 10)
 \set r random(1, 9223372036854775807)
 \set amount random(100, 99999)

@@ -1,4 +1,4 @@
--- scale variant of ../pg_idem.sql: the key is a UUID, bench_uuid(:kind, ...) (bench/scale_schema.sql),
+-- scale variant of ../pg_idem.sql: the key is a UUID, bench_uuid(:kind, ...) (scale/schema.sql),
 -- kind 4 or 7 from pgbench -D kind=N. Same statements and sanity check as pg_idem.sql.
 \set tenant random(1, 100)
 \set r random(1, 9223372036854775807)

@@ -1,4 +1,4 @@
--- Schemas of the pg_idem benchmark (bench/run.py loads this file into a throwaway server).
+-- Schemas of the pg_idem benchmark (bench/runners/run.py loads this file into a throwaway server).
 -- Everything here is written the way application teams usually write it: default settings,
 -- default collation, default fillfactor. Only the idem.* relations come from pg_idem itself.
 

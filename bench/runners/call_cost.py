@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """What pg_idem's calls add to a transaction of five business statements, in microseconds.
 
-    python3 bench/call_cost.py --pg 17 [--rounds 3] [--duration 15] [--clients 1] [--native]
-    python3 bench/call_cost.py --smoke     # the test command: 1 round x 1 s
+    python3 bench/runners/call_cost.py --pg 17 [--rounds 3] [--duration 15] [--clients 1] [--native]
+    python3 bench/runners/call_cost.py --smoke     # the test command: 1 round x 1 s
 
 The business transaction is five statements of an order service (lock the account, debit it,
 insert the order, a ledger line and an outbox event). Each scenario wraps the same five
@@ -30,11 +30,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # bench/, for the package lib
 
-from lib import BenchError, Server, log, median, run_pgbench, use_pg  # noqa: E402
-from sql_edition import bench_schema, generate_sql_edition, install_sql_edition  # noqa: E402
+from lib import BENCH_DIR, BenchError, Server, log, median, run_pgbench, use_pg  # noqa: E402
+from lib.editions import bench_schema, generate_sql_edition, install_sql_edition  # noqa: E402
 
 SHOP = """
 CREATE SCHEMA shop;
@@ -146,7 +145,7 @@ def render(rows: list[dict], a, env: dict) -> str:
     lines = [
         "# What pg_idem's calls add to five business statements",
         "",
-        f"`python3 bench/call_cost.py {' '.join(sys.argv[1:])}`: {a.rounds} round(s) x {a.duration} s per run, "
+        f"`python3 bench/runners/call_cost.py {' '.join(sys.argv[1:])}`: {a.rounds} round(s) x {a.duration} s per run, "
         f"{a.clients} client(s), pgbench -M prepared, fsync and synchronous_commit on. {env['postgres']}.",
         "",
         "| server | scenario | transaction, µs (median) | added to `business`, µs (rounds) | "
@@ -162,7 +161,7 @@ def render(rows: list[dict], a, env: dict) -> str:
     if env.get("native_build"):
         lines += ["", f"Native edition: {env['native_build']}."]
     lines += ["", "Server `sql`: the SQL edition installed plainly, no pg_idem library; `native`: pg_idem "
-              "preloaded. The hand-written scenarios run on both, against the tables of bench/schema.sql."]
+              "preloaded. The hand-written scenarios run on both, against the tables of bench/scenarios/schema.sql."]
     return "\n".join(lines) + "\n"
 
 

@@ -3,12 +3,12 @@
 # fresh keys) run by a plain role (superusers skip the check) with the setting off and on, in
 # alternating rounds on one throwaway server, so the ratio is taken under the same conditions.
 #
-#   bash bench/tenant_grants.sh [seconds per run, default 10] [rounds, default 3] [clients, default 1]
+#   bash bench/runners/tenant_grants.sh [seconds per run, default 10] [rounds, default 3] [clients, default 1]
 #
 # Needs a build of pg_idem installed (scripts/install.sh; release for meaningful numbers) and
 # pgbench. Prints the TPS of each run and the median on/off ratio.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 source scripts/lib/pg.sh
 
 seconds="${1:-10}"
@@ -18,7 +18,7 @@ dir="$(mktemp -d /tmp/pg_idem_grants.XXXXXX)"
 trap 'pg_stop "$dir"' EXIT
 pg_start "$dir" "shared_preload_libraries = 'pg_idem'" "shared_buffers = '512MB'" "max_wal_size = '8GB'"
 
-psql -qX -v ON_ERROR_STOP=1 -f bench/schema.sql
+psql -qX -v ON_ERROR_STOP=1 -f bench/scenarios/schema.sql
 psql -qX -v ON_ERROR_STOP=1 <<'SQL'
 CREATE ROLE bench_app LOGIN;
 GRANT INSERT, SELECT ON payments TO bench_app;

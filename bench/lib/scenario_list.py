@@ -6,7 +6,7 @@ SCENARIOS = ["bare", "handrolled", "plpgsql", "pg_idem", "replay", "lease",
 DESCRIPTIONS = {
     "bare": "business INSERT alone, in a transaction (the floor)",
     "handrolled": "INSERT .. ON CONFLICT DO NOTHING into handrolled_keys + business INSERT + UPDATE storing the response",
-    "plpgsql": "the same contract in PL/pgSQL (bench/schema.sql: try-lock, select, insert or take over, fenced update) + business INSERT",
+    "plpgsql": "the same contract in PL/pgSQL (bench/scenarios/schema.sql: try-lock, select, insert or take over, fenced update) + business INSERT",
     "pg_idem": "idem_claim + business INSERT + idem_complete, one transaction, fresh keys",
     "replay": "idem_claim on keys already completed (duplicate path), one statement",
     "lease": "lease mode: claim + commit, then business INSERT + idem_complete in a second transaction",

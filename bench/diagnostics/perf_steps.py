@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Reads `perf script -F comm,pid,tid,ip,sym,dso` output (call chains, leaf first) on stdin and
-prints CPU microseconds per transaction by step, as markdown (used by bench/perf.sh).
+prints CPU microseconds per transaction by step, as markdown (used by bench/diagnostics/perf.sh).
 
-    perf script -i perf.data -F comm,pid,tid,ip,sym,dso | python3 bench/perf_steps.py --hz 499 --txns N
+    perf script -i perf.data -F comm,pid,tid,ip,sym,dso | python3 bench/diagnostics/perf_steps.py --hz 499 --txns N
 
 A sample of a server backend is put in the first step whose function is on its call chain, in
 this order: one of pg_idem's functions (`idem_*_wrapper`, the C entry points pgrx generates),

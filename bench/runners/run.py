@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """pg_idem benchmark runner (Python 3.11, standard library only).
 
-    python3 bench/run.py --smoke            # CI: a few seconds per scenario, small key counts
-    python3 bench/run.py                    # full run: 3 rounds x 30 s, 1M keys (~30-40 min)
-    python3 bench/run.py --rounds 2 --duration 15 --keys 200000    # a medium run
+    python3 bench/runners/run.py --smoke            # CI: a few seconds per scenario, small key counts
+    python3 bench/runners/run.py                    # full run: 3 rounds x 30 s, 1M keys (~30-40 min)
+    python3 bench/runners/run.py --rounds 2 --duration 15 --keys 200000    # a medium run
 
 Starts a throwaway PostgreSQL server (scripts/lib/pg.sh: initdb + pg_ctl as the `postgres` OS
 user, 127.0.0.1 on a free port) with shared_preload_libraries = 'pg_idem', loads
-bench/schema.sql, runs every scenario of bench/scenarios/ with pgbench in alternation (rounds in
-ABBA order, so drift on a noisy machine hits every scenario alike), measures sizes and the purge,
-writes OUT/report.md, OUT/tps.svg, OUT/results.json and OUT/server.log, and always stops the
-server. Exits non-zero when pgbench reported an error or a failed transaction, or a sanity check
-of a scenario failed. Targets are reported, never asserted.
+bench/scenarios/schema.sql, runs every scenario of bench/scenarios/ with pgbench in alternation
+(rounds in ABBA order, so drift on a noisy machine hits every scenario alike), measures sizes
+and the purge, writes OUT/report.md, OUT/tps.svg, OUT/results.json and OUT/server.log, and always
+stops the server. Exits non-zero when pgbench reported an error or a failed transaction, or a
+sanity check of a scenario failed. Targets are reported, never asserted.
+
+    python3 bench/runners/run.py --render bench/report/results.json   # re-render only
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ import time
 import uuid
 from pathlib import Path
 
-from lib import (BATCH, BENCH_DIR, FILL_WORKERS, REPO_DIR, SCENARIO_DIR, SERVER_SETTINGS, BenchError,
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # bench/, for the package lib
+
+from lib import (BATCH, BENCH_DIR, FILL_WORKERS, REPO_DIR, SCENARIO_DIR, SERVER_SETTINGS, BenchError,  # noqa: E402
                  PgbenchResult, Server, calibrate, check_tools, conf_lines, exit_status, fill_handrolled, fill_idem, interrupt_on_sigterm,
                  library_replaced, log, median, percentile, run_pgbench, stamp_end, timed_notice, use_pg)
-from scenario_list import SCENARIOS
-from environment import environment
-import render
+from lib import render  # noqa: E402
+from lib.environment import environment  # noqa: E402
+from lib.scenario_list import SCENARIOS  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------
 # Data preparation
@@ -463,6 +467,8 @@ def parse_args(argv):
                    "(scripts/install.sh --pg NN)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="extra postgresql.conf line (repeatable), e.g. --set synchronous_commit=off")
+    p.add_argument("--render", metavar="RESULTS_JSON",
+                   help="only re-render report.md and tps.svg next to a results.json, no measuring")
     a = p.parse_args(argv)
     full = dict(rounds=3, duration=30, keys=1_000_000, replay_keys=100_000, warmup=5, latency_seconds=20)
     smoke = dict(rounds=1, duration=3, keys=20_000, replay_keys=5_000, warmup=1, latency_seconds=3)
@@ -479,6 +485,11 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv if argv is not None else sys.argv[1:])
+    if args.render:
+        path = Path(args.render)
+        render.render(path.parent, json.loads(path.read_text()))
+        print(f"rendered {path.parent / 'report.md'} and {path.parent / 'tps.svg'}")
+        return 0
     if args.pg:
         use_pg(args.pg)
     out = Path(args.out).resolve()
@@ -505,7 +516,7 @@ def main(argv=None) -> int:
     workdir = tempfile.mkdtemp(prefix="pg_idem_bench_logs.")
     try:
         server.start_logged()
-        server.execute((BENCH_DIR / "schema.sql").read_text())
+        server.execute((SCENARIO_DIR / "schema.sql").read_text())
         results["environment"] = environment(server)
         so = results["environment"].get("pg_idem_so", {})
         log(f"pg_idem.so: {so.get('bytes')} bytes, {so.get('profile_guess')}")

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """pg_idem at scale: pg_idem and the hand-written patterns side by side at growing table sizes
-(Python 3.11, standard library only; see bench/README.md, "Scale").
+(Python 3.11, standard library only; see bench/README.md, "scale.py").
 
-    python3 bench/scale.py --smoke --pg 17                 # < 1 minute, tiny sizes, exits 1 on a failed check
-    python3 bench/scale.py --pg 17                         # 0 and 10M keys, UUIDv4 and UUIDv7
-    python3 bench/scale.py --pg 17 --memory-limit 1G --sizes 30000000 --kinds 4 --groups request \\
+    python3 bench/runners/scale.py --smoke --pg 17                 # < 1 minute, tiny sizes, exits 1 on a failed check
+    python3 bench/runners/scale.py --pg 17                         # 0 and 10M keys, UUIDv4 and UUIDv7
+    python3 bench/runners/scale.py --pg 17 --memory-limit 1G --sizes 30000000 --kinds 4 --groups request \\
         --out bench/out/scale-cgroup                       # data several times larger than memory
 
 Pairs (bench/scenarios/scale/*.sql, the scenarios of bench/scenarios/ with UUID keys):
@@ -30,15 +30,15 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # bench/, for the package lib
 
-from lib import (PG_SH, REQUEST_HASH, BenchError, Server, calibrate, exit_status, fmt,  # noqa: E402
-                 in_parallel, interrupt_on_sigterm, library_replaced, log, median, run_pgbench, stamp_end, use_pg)
-from environment import environment  # noqa: E402
-import charts  # noqa: E402
+from lib import (BENCH_DIR, PG_SH, REQUEST_HASH, SCENARIO_DIR, BenchError, Server, calibrate,  # noqa: E402
+                 exit_status, fmt, in_parallel, interrupt_on_sigterm, library_replaced, log, median, run_pgbench,
+                 stamp_end, use_pg)
+from lib import charts  # noqa: E402
+from lib.environment import environment  # noqa: E402
 
-SCALE_DIR = BENCH_DIR / "scenarios" / "scale"
+SCALE_DIR = SCENARIO_DIR / "scale"
 GROUPS = {
     "request": [("handrolled", "pg_idem")],
     "inbox": [("inbox", "consume"), ("inbox_batch", "consume_batch")],
@@ -578,7 +578,7 @@ def render(out: Path, results: dict) -> None:
                  f"`shared_buffers = {a.get('limited_shared_buffers')}` (the postmaster and every backend in the "
                  f"group; pgbench and psql outside it)")
     L.append("")
-    L.append("Key kinds: `bench_uuid()` (bench/scale_schema.sql), UUIDv4 (random) or UUIDv7 (time-ordered: the "
+    L.append("Key kinds: `bench_uuid()` (bench/scenarios/scale/schema.sql), UUIDv4 (random) or UUIDv7 (time-ordered: the "
              "transaction's `now()` in milliseconds, then random bits). Pre-fill: one statement over "
              "`generate_series` per million rows into each side's table, the two sides in parallel sessions, rows "
              "as the real calls write them: an `INSERT ... SELECT` for the hand-written tables and for request "
@@ -608,7 +608,7 @@ def render(out: Path, results: dict) -> None:
                          "pre-fill, 95 again for the runs; handrolled_keys has 100): new keys go to new pages ("
                          "15 and 7 of 3,000 to old pages), about as after real calls on pg_idem's side (68) and "
                          "unlike them on the hand-written side (437); the pre-filled heap is denser than one grown by real "
-                         "calls (bench/README.md, *What the pre-fill does not reproduce*).")
+                         "calls (docs/benchmarks.md, *What the pre-fill does not reproduce*).")
             rw = step.get("row_width") or {}
             if rw:
                 L.append("Row bytes (`pg_column_size`), a real call's row vs a pre-filled row: "
@@ -735,7 +735,7 @@ def main(argv=None) -> int:
 
     interrupt_on_sigterm()
     started = time.time()
-    results: dict = {"command": "python3 bench/scale.py " + " ".join(shlex.quote(x) for x in argv),
+    results: dict = {"command": "python3 bench/runners/scale.py " + " ".join(shlex.quote(x) for x in argv),
                      "mode": "smoke" if args.smoke else ("memory-limited" if args.memory_limit else "full"),
                      "started_at": dt.datetime.now().isoformat(timespec="seconds"),
                      "args": {k: v for k, v in vars(args).items()}, "steps": []}
@@ -745,8 +745,8 @@ def main(argv=None) -> int:
     cgroup = None
     try:
         server.start_logged()
-        server.execute((BENCH_DIR / "schema.sql").read_text())
-        server.execute((BENCH_DIR / "scale_schema.sql").read_text())
+        server.execute((SCENARIO_DIR / "schema.sql").read_text())
+        server.execute((SCALE_DIR / "schema.sql").read_text())
         templates(server)
         results["environment"] = environment(server)
         has_io = int(server.value("SHOW server_version_num")) >= 160000

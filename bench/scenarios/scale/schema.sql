@@ -1,5 +1,5 @@
--- Loaded after schema.sql by bench/scale.py and bench/soak.py: the UUID keys of their scenarios
--- (bench/scenarios/scale/*.sql) and of the pre-fill, the same function on both sides.
+-- Loaded after ../schema.sql by bench/runners/scale.py and soak.py: the UUID keys of their
+-- scenarios (scale/*.sql, beside this file) and of the pre-fill, the same function on both sides.
 --
 -- bench_uuid(kind, seed, ts): a UUID as text (36 characters, lowercase, with hyphens), its random
 -- bits taken from md5(seed):

@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
 # Where a transaction's CPU goes, per step, from `perf record -a` with DWARF call chains: runs
 # scenarios of bench/scenarios/ (pgbench -M prepared, fsync on unless told otherwise) on a
-# throwaway server set up like bench/run.py's, samples this server's processes and pgbench
-# during the run (perf record -p), and prints CPU
-# microseconds per transaction by step (bench/perf_steps.py: pg_idem's functions, the other
-# executor work, commit, protocol and parsing, kernel network and scheduling, pgbench) and the
-# hottest functions inside pg_idem's functions.
+# throwaway server set up like bench/runners/run.py's, samples this server's processes and
+# pgbench during the run (perf record -p), and prints CPU microseconds per transaction by step
+# (bench/diagnostics/perf_steps.py: pg_idem's functions, the other executor work, commit,
+# protocol and parsing, kernel network and scheduling, pgbench) and the hottest functions inside
+# pg_idem's functions.
 #
-#   bash bench/perf.sh [seconds, default 10] [clients, default 1] [scenario writing payments ...] [-- NAME=VALUE ...]
-#   e.g. bash bench/perf.sh 10 1 handrolled pg_idem inbox consume inbox_batch consume_batch
-#        bash bench/perf.sh 8 8 inbox consume -- synchronous_commit=off
-#        PERF_STACKS_DIR=/tmp/stacks bash bench/perf.sh 10 1 consume   # keeps the call stacks
+#   bash bench/diagnostics/perf.sh [seconds, default 10] [clients, default 1] [scenario writing payments ...] [-- NAME=VALUE ...]
+#   e.g. bash bench/diagnostics/perf.sh 10 1 handrolled pg_idem inbox consume inbox_batch consume_batch
+#        bash bench/diagnostics/perf.sh 8 8 inbox consume -- synchronous_commit=off
+#        PERF_STACKS_DIR=/tmp/stacks bash bench/diagnostics/perf.sh 10 1 consume   # keeps the call stacks
 #
 # Needs perf (Debian: apt-get install linux-perf), root, a release build of pg_idem installed
 # (scripts/install.sh), pgbench. The tables are truncated and a CHECKPOINT taken before every
-# scenario, as bench/run.py does. Sampling with call chains slows the server down: compare the
-# steps of one run with each other, not its TPS with bench/run.py's.
+# scenario, as bench/runners/run.py does. Sampling with call chains slows the server down:
+# compare the steps of one run with each other, not its TPS with bench/runners/run.py's.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 source scripts/lib/pg.sh
 
 seconds="${1:-10}"
@@ -44,7 +44,7 @@ pg_start "$dir" \
     "min_wal_size = '1GB'" \
     "checkpoint_timeout = '30min'" \
     "${conf[@]}"
-psql -qX -v ON_ERROR_STOP=1 -f bench/schema.sql
+psql -qX -v ON_ERROR_STOP=1 -f bench/scenarios/schema.sql
 so="$(pg_config --pkglibdir)/pg_idem.so"
 echo "pg_idem.so: $(stat -c %s "$so") bytes, $(readelf -S "$so" | grep -q debug_info && echo debug || echo release); " \
      "$(psql -qXAt -c "SELECT string_agg(name || '=' || setting, ', ') FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit')")"
@@ -77,6 +77,6 @@ for sc in "${scenarios[@]}"; do
     # questions the step table does not answer (who calls a hot function)
     perf script -i "$dir/$sc.data" -F comm,pid,tid,ip,sym,dso --no-inline 2>/dev/null |
         tee ${PERF_STACKS_DIR:+"$PERF_STACKS_DIR/$sc.stacks"} |
-        python3 bench/perf_steps.py --hz 499 --txns "$txns"
+        python3 bench/diagnostics/perf_steps.py --hz 499 --txns "$txns"
     rm -f "$dir/$sc.data"
 done

@@ -1,23 +1,17 @@
-#!/usr/bin/env python3
 """Renders a benchmark run from its results.json: report.md and tps.svg, next to it.
 
-    python3 bench/render.py [bench/report/results.json]
-
-bench/run.py measures and writes results.json, then calls this; running it alone re-renders a
-report (after a change of wording or layout) without measuring again.
+run.py measures and writes results.json, then calls render(); `run.py --render results.json`
+re-renders a report (after a change of wording or layout) without measuring again.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import charts
-from lib import fmt, summarize_noise, summarize_rounds
-from scenario_list import DESCRIPTIONS, SCENARIOS
+from lib import charts, fmt, summarize_noise, summarize_rounds
+from lib.scenario_list import DESCRIPTIONS, SCENARIOS
 
 
 def summarize(results: dict) -> dict:
@@ -374,8 +368,8 @@ def scenarios_and_end(L, args, clients, out, lines):
     for sc in SCENARIOS:
         L(f"- `{sc}` ({'%d clients' % args.contended_clients if sc == 'contended' else ', '.join(map(str, clients)) + ' clients'}): {DESCRIPTIONS[sc]} — `bench/scenarios/{sc}.sql`")
     L("")
-    L("Where the time goes, per step and per function (perf with call chains, `bench/perf.sh`; "
-      "pg_stat_statements, `bench/breakdown.sh`): `bench/README.md`, section *Where the time goes*, "
+    L("Where the time goes, per step and per function (perf with call chains, `bench/diagnostics/perf.sh`; "
+      "pg_stat_statements, `bench/diagnostics/breakdown.sh`): `docs/benchmarks.md`, section *Where the time goes*, "
       "with the raw profiles of the last report in `bench/report/perf.md`.")
     L("")
     L("Raw per-round numbers: `results.json`; server log: `server.log`.")
@@ -396,13 +390,3 @@ def render(out: Path, results: dict) -> None:
                                            + (" (SMOKE)" if args.smoke else "")))
     write_report(out, args, results, summ, results.get("problems", []))
 
-
-def main(argv: list[str]) -> int:
-    path = Path(argv[0] if argv else Path(__file__).resolve().parent / "report" / "results.json")
-    render(path.parent, json.loads(path.read_text()))
-    print(f"rendered {path.parent / 'report.md'} and {path.parent / 'tps.svg'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -3,9 +3,9 @@
 the same POST /payments written by hand (bench/http/), on one server, in alternating rounds, so
 that the ratio comes from one run on this noisy machine.
 
-    python3 bench/http_middleware.py --smoke          # CI: 1 round x 2 s per run, 2 clients
-    python3 bench/http_middleware.py                  # 3 rounds x 20 s per run, 8 clients
-    python3 bench/http_middleware.py --pairs python --clients 1 --duration 10
+    python3 bench/runners/http_middleware.py --smoke          # CI: 1 round x 2 s per run, 2 clients
+    python3 bench/runners/http_middleware.py                  # 3 rounds x 20 s per run, 8 clients
+    python3 bench/runners/http_middleware.py --pairs python --clients 1 --duration 10
 
 Two workloads per app: fresh (a new key per request: claim, insert, completion, commit) and
 replay (a set of completed keys asked again). The load generator is Python threads with one
@@ -29,9 +29,9 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment import environment  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # bench/, for the package lib
 from lib import REPO_DIR as REPO, BenchError, Server, log, median  # noqa: E402
+from lib.environment import environment  # noqa: E402
 
 VENV_PY = "clients/python/.venv/bin/python"
 # pair -> (package's reference app, the same route with hand-written glue)
@@ -193,7 +193,7 @@ def main(argv=None) -> int:
                          f"{', '.join(f'{x:.2f}' for x in ratios)} | **{median(ratios):.2f}x** |")
     results["summary"] = summary
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    report = (f"# Middleware against hand-written glue\n\n`{' '.join(['python3', 'bench/http_middleware.py'] + (argv or sys.argv[1:]))}`,"
+    report = (f"# Middleware against hand-written glue\n\n`{' '.join(['python3', 'bench/runners/http_middleware.py'] + (argv or sys.argv[1:]))}`,"
               f" {time.strftime('%Y-%m-%d')}, {args.clients} clients, {args.rounds} rounds x {args.duration:g} s\n\n"
               + "\n".join(lines) + "\n")
     (out / "report.md").write_text(report)

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Steady-state soak: idem_consume with pg_idem's purge worker against the hand-written inbox with
 its own clean-up job, side by side on one server, at a fixed rate, for half an hour (Python 3.11,
-standard library only; see bench/README.md, "Soak").
+standard library only; see bench/README.md, "soak.py").
 
-    python3 bench/soak.py --smoke --pg 17     # < 1 minute; exits 1 on a failed sanity check
-    python3 bench/soak.py --pg 17             # 30 minutes, 300 messages/s per side, ttl 60 s
+    python3 bench/runners/soak.py --smoke --pg 17     # < 1 minute; exits 1 on a failed sanity check
+    python3 bench/runners/soak.py --pg 17             # 30 minutes, 300 messages/s per side, ttl 60 s
 
 Both sides run at the same fixed rate (pgbench -R, bench/scenarios/scale/consume.sql and
 inbox.sql, UUIDv4 message ids by default). Keys live for --ttl (pg_idem.ttl for idem_consume;
@@ -33,15 +33,14 @@ import threading
 import time
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # bench/, for the package lib
 
-from lib import (BenchError, Server, calibrate, exit_status, interrupt_on_sigterm,  # noqa: E402
+from lib import (BENCH_DIR, SCENARIO_DIR, BenchError, Server, calibrate, exit_status, interrupt_on_sigterm,  # noqa: E402
                  library_replaced, log, median, percentile, run_pgbench, stamp_end, use_pg)
-from environment import environment  # noqa: E402
-import charts  # noqa: E402
+from lib import charts  # noqa: E402
+from lib.environment import environment  # noqa: E402
 
-SCALE_DIR = BENCH_DIR / "scenarios" / "scale"
+SCALE_DIR = SCENARIO_DIR / "scale"
 SIDES = {"pg_idem": {"script": "consume.sql", "table": "idem.keys"},
          "hand-written": {"script": "inbox.sql", "table": "processed_messages"}}
 
@@ -413,7 +412,7 @@ def main(argv=None) -> int:
 
     interrupt_on_sigterm()
     started = time.time()
-    results: dict = {"command": "python3 bench/soak.py " + " ".join(shlex.quote(x) for x in argv),
+    results: dict = {"command": "python3 bench/runners/soak.py " + " ".join(shlex.quote(x) for x in argv),
                      "mode": "smoke" if args.smoke else "full",
                      "started_at": dt.datetime.now().isoformat(timespec="seconds"),
                      "args": {k: v for k, v in vars(args).items()}, "samples": []}
@@ -423,8 +422,8 @@ def main(argv=None) -> int:
     job = None
     try:
         server.start_logged()
-        server.execute((BENCH_DIR / "schema.sql").read_text())
-        server.execute((BENCH_DIR / "scale_schema.sql").read_text())
+        server.execute((SCENARIO_DIR / "schema.sql").read_text())
+        server.execute((SCALE_DIR / "schema.sql").read_text())
         results["environment"] = environment(server)
         seconds = args.minutes * 60
         cal0 = calibrate(server)

@@ -3,12 +3,12 @@
 edition against the hand-written patterns, the same on a busy machine as on a quiet one
 (Python 3.11, standard library only; needs valgrind).
 
-    python3 bench/sql_edition_instructions.py --pg 17
-    python3 bench/sql_edition_instructions.py --pg 17 --variant opt=/tmp/pg_idem--0.5.0.sql --n 300
-    python3 bench/sql_edition_instructions.py --smoke     # the test command: consume only, 10 transactions
-    python3 bench/sql_edition_instructions.py --pg 15 --native --n 300   # and the native edition
-    python3 bench/sql_edition_instructions.py --pg 15 --guard bench/report/native-instructions.json
-    python3 bench/sql_edition_instructions.py --pg 15 --groups consume --profile /tmp/prof   # then bench/profile_diff.py
+    python3 bench/diagnostics/sql_edition_instructions.py --pg 17
+    python3 bench/diagnostics/sql_edition_instructions.py --pg 17 --variant opt=/tmp/pg_idem--0.5.0.sql --n 300
+    python3 bench/diagnostics/sql_edition_instructions.py --smoke     # the test command: consume only, 10 transactions
+    python3 bench/diagnostics/sql_edition_instructions.py --pg 15 --native --n 300   # and the native edition
+    python3 bench/diagnostics/sql_edition_instructions.py --pg 15 --guard bench/report/native-instructions-pg15-debug.json
+    python3 bench/diagnostics/sql_edition_instructions.py --pg 15 --groups consume --profile /tmp/prof   # then bench/diagnostics/profile_diff.py
 
 TPS on a shared 2-core VM moves by 20% from one minute to the next; a change of a few percent
 in what a call costs is lost in it. A count of instructions is not: it is what the backend
@@ -16,7 +16,7 @@ executes, whoever else runs. It leaves out what the backend waits for (the WAL f
 client) and what happens outside it (the kernel's sockets, pgbench), so it says what a change
 saves, not what TPS a machine gets.
 
-How: a throwaway data directory (initdb; bench/schema.sql without its CREATE EXTENSION in
+How: a throwaway data directory (initdb; bench/scenarios/schema.sql without its CREATE EXTENSION in
 database `hand`, the SQL edition's plain install file in database `sqled`, each --variant in
 `sqled_LABEL`), then for each database and scenario one backend in single-user mode (`postgres
 --single`, no client, no network) under `valgrind --tool=callgrind`, reading a script of
@@ -51,11 +51,10 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # bench/, for the package lib
 
 from lib import PG_SH, REQUEST_HASH, BenchError, Server, use_pg  # noqa: E402
-from sql_edition import bench_schema, file_info, generate_sql_edition, install_sql_edition, on_db  # noqa: E402
+from lib.editions import bench_schema, file_info, generate_sql_edition, install_sql_edition, on_db  # noqa: E402
 
 H = REQUEST_HASH
 BODY = "jsonb_build_object('payment_id', 1::bigint, 'status', 'succeeded', 'amount_cents', $3::bigint)"
@@ -197,9 +196,9 @@ def installed_library() -> Path:
 
 def write_guard(path: Path, native: dict, args, major: str, library: str) -> None:
     path.write_text(json.dumps({
-        "what": "k server instructions per transaction of the native edition (bench/sql_edition_instructions.py)",
+        "what": "k server instructions per transaction of the native edition (bench/diagnostics/sql_edition_instructions.py)",
         "measured": time.strftime("%Y-%m-%d"),
-        "command": "python3 bench/sql_edition_instructions.py --pg {} --n {} --groups {} --write-guard {}".format(
+        "command": "python3 bench/diagnostics/sql_edition_instructions.py --pg {} --n {} --groups {} --write-guard {}".format(
             major, args.n, args.groups or "fresh,consume,consume_many,replay", path),
         "postgresql": major,
         "build": args.build,
@@ -242,7 +241,7 @@ def main(argv=None) -> int:
     p.add_argument("--guard", metavar="FILE", help="fail when a native count exceeds FILE's by its tolerance")
     p.add_argument("--write-guard", metavar="FILE", help="write the native counts of this run to FILE")
     p.add_argument("--profile", metavar="DIR", help="keep each counted run's callgrind profile in DIR "
-                   "(the runs with 0 and with N transactions after the warm-up: bench/profile_diff.py)")
+                   "(the runs with 0 and with N transactions after the warm-up: bench/diagnostics/profile_diff.py)")
     p.add_argument("--build", default="debug", help="what --write-guard records the build as (default debug)")
     args = p.parse_args(argv)
     if args.smoke:

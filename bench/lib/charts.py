@@ -1,5 +1,5 @@
-"""SVG charts, standard library only: line charts for bench/scale.py and bench/soak.py, and the
-pieces of the TPS bar charts that bench/render.py (run.py's) and bench/sql_edition.py lay out.
+"""SVG charts, standard library only: line charts for bench/runners/scale.py and soak.py, and the
+pieces of the TPS bar charts that render.py (run.py's) and bench/runners/sql_edition.py lay out.
 
     line_chart(title, series, xlabel, ylabel, xlog=False) -> str
 

@@ -4,15 +4,15 @@
 # `inbox_batch`, `consume_batch`) on a throwaway server with pg_stat_statements tracking nested
 # statements too (track = all), so any statement a function runs shows up beside the function.
 # Tables are truncated and a CHECKPOINT taken before every scenario (after `replay`, which runs
-# first on a pool of completed keys), as bench/run.py does. For CPU per step inside and around
-# the functions, see bench/perf.sh.
+# first on a pool of completed keys), as bench/runners/run.py does. For CPU per step inside and
+# around the functions, see bench/diagnostics/perf.sh.
 #
-#   bash bench/breakdown.sh [seconds per run, default 15] [scenario ...]
+#   bash bench/diagnostics/breakdown.sh [seconds per run, default 15] [scenario ...]
 #
-# Needs the same as bench/run.py (a release build of pg_idem installed, pgbench, root or the
+# Needs the same as bench/runners/run.py (a release build of pg_idem installed, pgbench, root or the
 # postgres user). Prints markdown tables; numbers are mean server-side execution times in µs.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 source scripts/lib/pg.sh
 
 seconds="${1:-15}"
@@ -28,7 +28,7 @@ pg_start "$dir" \
     "shared_buffers = '1GB'" \
     "max_wal_size = '8GB'"
 
-psql -qX -v ON_ERROR_STOP=1 -f bench/schema.sql
+psql -qX -v ON_ERROR_STOP=1 -f bench/scenarios/schema.sql
 psql -qX -v ON_ERROR_STOP=1 <<'SQL'
 CREATE EXTENSION pg_stat_statements;
 -- a small replay pool, filled through the real lifecycle

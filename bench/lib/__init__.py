@@ -1,10 +1,12 @@
-"""What bench/'s runners share (Python 3.11, standard library only): the throwaway server, pgbench
-and its per-transaction log, the noise indicators, the fills, the summaries of rounds, number
-formatting and the end of a run (the library check, the exit status).
+"""What bench/'s runners and diagnostics share (Python 3.11, standard library only): the throwaway
+server, pgbench and its per-transaction log, the noise indicators, the fills, the summaries of
+rounds, number formatting and the end of a run (the library check, the exit status).
 
-bench/run.py, scale.py, soak.py, sql_edition.py and http_middleware.py import it, and so do the
-diagnostics (statement_times.py, sql_edition_profile.py, sql_edition_instructions.py); charts.py
-draws their SVG charts.
+A runner (bench/runners/) or diagnostic (bench/diagnostics/) puts bench/ first on sys.path and
+imports this package: `from lib import Server, ...`. Its modules: charts (the SVG charts),
+environment (the machine and the library's build), render (run.py's report), scenario_list
+(run.py's scenarios), editions (the SQL edition beside the hand-written patterns and the native
+edition, for sql_edition.py, call_cost.py and the diagnostics that measure the SQL edition).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
+BENCH_DIR = Path(__file__).resolve().parents[1]
 REPO_DIR = BENCH_DIR.parent
 SCENARIO_DIR = BENCH_DIR / "scenarios"
 PG_SH = REPO_DIR / "scripts" / "lib" / "pg.sh"

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Server time per statement of two scenarios, side by side (a diagnostic for bench/; standard library only).
 
-    python3 bench/statement_times.py --pg 17 [--clients 1] [--rounds 4] [--duration 15] [inbox consume]
-    python3 bench/statement_times.py --smoke     # the test command: 1 round x 2 s
+    python3 bench/diagnostics/statement_times.py --pg 17 [--clients 1] [--rounds 4] [--duration 15] [inbox consume]
+    python3 bench/diagnostics/statement_times.py --smoke     # the test command: 1 round x 2 s
 
 Runs the scenarios of bench/scenarios/ (pgbench -M prepared) in alternating rounds (ABBA) on one
-throwaway server set up like bench/run.py's, with pg_stat_statements, tables truncated and a
+throwaway server set up like bench/runners/run.py's, with pg_stat_statements, tables truncated and a
 CHECKPOINT before each run, and prints per run: TPS, each statement's mean execution time
 (pg_stat_statements: CPU and waits inside the statement), and the WAL flushes' mean time per
 transaction (pg_stat_wal's wal_sync_time / transactions). What a transaction spends outside
@@ -20,10 +20,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # bench/, for the package lib
 
-from lib import Server, log, median, use_pg  # noqa: E402
+from lib import SCENARIO_DIR, Server, log, median, use_pg  # noqa: E402
 
 
 def main() -> int:
@@ -48,7 +47,7 @@ def main() -> int:
     statement_us: dict[str, list[float]] = {sc: [] for sc in a.scenarios}
     try:
         server.start()
-        server.execute((BENCH_DIR / "schema.sql").read_text())
+        server.execute((SCENARIO_DIR / "schema.sql").read_text())
         server.execute("CREATE EXTENSION pg_stat_statements;")
         for rnd in range(a.rounds):
             order = a.scenarios if rnd % 4 in (0, 3) else a.scenarios[::-1]
@@ -58,7 +57,7 @@ def main() -> int:
                 server.execute("SELECT pg_stat_statements_reset(); SELECT pg_stat_reset_shared('wal');")
                 res = subprocess.run(["pgbench", "-n", "-M", "prepared", "-c", str(a.clients), "-j",
                                       str(min(a.clients, 2)), "-T", str(a.duration), "-f",
-                                      str(BENCH_DIR / "scenarios" / f"{sc}.sql")],
+                                      str(SCENARIO_DIR / f"{sc}.sql")],
                                      capture_output=True, text=True, env=server.env)
                 if res.returncode != 0:
                     raise SystemExit(res.stderr)

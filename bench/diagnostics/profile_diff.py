@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Instructions per transaction of each function, from two callgrind profiles of the same
-scenario that differ only in the number of transactions (bench/sql_edition_instructions.py
---profile DIR keeps them as DB-SCENARIO-0.callgrind and DB-SCENARIO-N.callgrind): what N more
-transactions cost, function by function, start-up and warm-up left out.
+scenario that differ only in the number of transactions
+(bench/diagnostics/sql_edition_instructions.py --profile DIR keeps them as DB-SCENARIO-0.callgrind
+and DB-SCENARIO-N.callgrind): what N more transactions cost, function by function, start-up and
+warm-up left out.
 
-    python3 bench/profile_diff.py /tmp/prof/sqled-pg_idem-0.callgrind /tmp/prof/sqled-pg_idem-300.callgrind 300
-    python3 bench/profile_diff.py A B N --self      # exclusive counts instead of inclusive
+    python3 bench/diagnostics/profile_diff.py /tmp/prof/sqled-pg_idem-0.callgrind /tmp/prof/sqled-pg_idem-300.callgrind 300
+    python3 bench/diagnostics/profile_diff.py A B N --self      # exclusive counts instead of inclusive
 
 Needs callgrind_annotate (valgrind). Static functions of a server without debug symbols show
 as addresses.

@@ -2,18 +2,18 @@
 """pg_idem's SQL edition against the hand-written patterns and the native edition (Python 3.11,
 standard library only).
 
-    python3 bench/sql_edition.py --smoke                 # < 1 minute: proves the runner works
-    python3 bench/sql_edition.py --pg 17                 # full: 3 rounds x 20 s per run
-    python3 bench/sql_edition.py --pg 17 --variant opt=/tmp/pg_idem--0.5.0.sql   # + a changed install file
+    python3 bench/runners/sql_edition.py --smoke                 # < 1 minute: proves the runner works
+    python3 bench/runners/sql_edition.py --pg 17                 # full: 3 rounds x 20 s per run
+    python3 bench/runners/sql_edition.py --pg 17 --variant opt=/tmp/pg_idem--0.5.0.sql   # + a changed install file
 
-Two throwaway servers (scripts/lib/pg.sh, set up as bench/run.py's; same settings):
+Two throwaway servers (scripts/lib/pg.sh, set up as bench/runners/run.py's; same settings):
 
 - server S, pg_idem NOT preloaded and never CREATE EXTENSIONed: the SQL edition, installed with its
   plain install file (scripts/sql_edition.py; one transaction, as the role that owns it) into
   database `sqled` (each --variant into `sqled_LABEL`), and the hand-written patterns in database
-  `hand` (bench/schema.sql without its CREATE EXTENSION);
-- server N, shared_preload_libraries = 'pg_idem': the native edition, CREATE EXTENSION (bench/schema.sql)
-  in database `native`.
+  `hand` (bench/scenarios/schema.sql without its CREATE EXTENSION);
+- server N, shared_preload_libraries = 'pg_idem': the native edition, CREATE EXTENSION
+  (bench/scenarios/schema.sql) in database `native`.
 
 Groups of scenarios, each at every --clients, each side with its bench/scenarios/ script:
 
@@ -28,15 +28,13 @@ truncated tables and a CHECKPOINT on its server (replay: from a pool of complete
 through the real calls). Writes OUT/results.json, OUT/report.md and OUT/tps.svg; OUT/server-*.log.
 Exits 1 when a run failed or a sanity check did not hold; targets are reported, not asserted.
 
-    python3 bench/sql_edition.py --render bench/report/sql-edition/results.json   # re-render only
+    python3 bench/runners/sql_edition.py --render bench/report/sql-edition/results.json   # re-render only
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import datetime as dt
-import hashlib
 import json
 import os
 import shlex
@@ -49,23 +47,16 @@ from html import escape
 from pathlib import Path
 from types import SimpleNamespace
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # bench/, for the package lib
 
-import charts  # noqa: E402
-import lib  # noqa: E402
-from lib import (BATCH, REPO_DIR, SCENARIO_DIR, SERVER_SETTINGS, BenchError, Server, calibrate,  # noqa: E402
-                 check_tools, conf_lines, exit_status, fill_handrolled, fill_idem, fmt, interrupt_on_sigterm,
+from lib import (BATCH, BENCH_DIR, REPO_DIR, SCENARIO_DIR, SERVER_SETTINGS, BenchError, Server, calibrate,  # noqa: E402
+                 check_tools, conf_lines, exit_status, fmt, interrupt_on_sigterm,
                  library_replaced, log, run_pgbench, stamp_end, summarize_noise, summarize_rounds, use_pg)
-from environment import environment  # noqa: E402
+from lib import charts  # noqa: E402
+from lib.editions import (GROUPS, Side, bench_schema, file_info, generate_sql_edition,  # noqa: E402
+                          install_sql_edition, on_db, remember_postmaster)
+from lib.environment import environment  # noqa: E402
 
-# group -> side -> scenario script; the first side is the hand-written pattern the ratios use
-GROUPS = {
-    "fresh": {"hand": "handrolled", "plpgsql": "plpgsql", "sql": "pg_idem", "native": "pg_idem"},
-    "replay": {"hand": "handrolled_replay", "sql": "replay", "native": "replay"},
-    "consume": {"hand": "inbox", "sql": "consume", "native": "consume"},
-    "consume_many": {"hand": "inbox_batch", "sql": "consume_batch", "native": "consume_batch"},
-}
 GROUP_TITLES = {
     "fresh": "fresh request path: claim + business INSERT + complete, one transaction",
     "replay": "replay: a claim of a completed key, one statement in autocommit",
@@ -74,7 +65,7 @@ GROUP_TITLES = {
 }
 SIDE_TITLES = {
     "hand": "hand-written",
-    "plpgsql": "PL/pgSQL reference (bench/schema.sql)",
+    "plpgsql": "PL/pgSQL reference (bench/scenarios/schema.sql)",
     "sql": "SQL edition",
     "native": "native edition",
 }
@@ -84,7 +75,6 @@ def target(group: str, clients: int) -> float:
     if group in ("fresh", "consume"):
         return 0.80 if clients == 1 else 0.85
     return 0.75 if group == "replay" else 0.85
-SCHEMA_NO_EXT = "CREATE EXTENSION IF NOT EXISTS pg_idem;"
 
 
 def side_title(side: str) -> str:
@@ -96,137 +86,6 @@ def side_title(side: str) -> str:
 def side_script(group: str, side: str) -> str:
     sides = GROUPS[group]
     return sides["sql"] if side.startswith("sql:") else sides[side]
-
-
-# ------------------------------------------------------------------------------------------------
-# Noise: lib.py's CpuSampler counts every process called `postgres` as ours; on a machine where
-# others run test servers that hides them. Here "ours" is this runner's servers (the postmasters
-# and their children) and the pgbench it started; every other process is noise.
-# ------------------------------------------------------------------------------------------------
-
-OUR_POSTMASTERS: set[int] = set()
-
-
-class OwnProcessSampler(lib.CpuSampler):
-    @staticmethod
-    def read() -> dict[int, tuple[str, int]]:
-        out = {}
-        me = os.getpid()
-        for pid, (comm, state, ppid, ticks) in lib.proc_stats().items():
-            ours = pid in OUR_POSTMASTERS or ppid in OUR_POSTMASTERS or (ppid == me and state != "Z")
-            # the base class counts comm "postgres" and "pgbench" as ours: name the others apart
-            if not ours and comm in lib.CpuSampler.OURS:
-                comm = f"other {comm}"
-            elif ours:
-                comm = "postgres"
-            out[pid] = (comm, ticks)
-        return out
-
-
-lib.CpuSampler = OwnProcessSampler   # run_pgbench samples with it
-
-
-def remember_postmaster(server: Server) -> None:
-    try:
-        with open(os.path.join(server.dir, "data", "postmaster.pid")) as f:
-            OUR_POSTMASTERS.add(int(f.readline().strip()))
-    except (OSError, ValueError):
-        pass
-
-
-# ------------------------------------------------------------------------------------------------
-# Databases
-# ------------------------------------------------------------------------------------------------
-
-def on_db(server: Server, dbname: str) -> Server:
-    """The same server, with every psql / pgbench going to database `dbname`."""
-    db = copy.copy(server)
-    db.env = dict(server.env, PGDATABASE=dbname)
-    return db
-
-
-def file_info(path: Path) -> dict:
-    data = path.read_bytes()
-    return {"path": str(path), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-
-
-def generate_sql_edition(workdir: str) -> Path:
-    out = Path(workdir) / "sql-edition"
-    res = subprocess.run([sys.executable, str(REPO_DIR / "scripts" / "sql_edition.py"), "--out", str(out)],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        raise BenchError(f"scripts/sql_edition.py failed:\n{res.stdout}\n{res.stderr}")
-    plain = [Path(p) for p in res.stdout.split() if p.endswith(".sql") and not p.endswith(".tle.sql")]
-    if not plain:
-        raise BenchError(f"scripts/sql_edition.py wrote no plain install file:\n{res.stdout}")
-    return plain[0]
-
-
-def install_sql_edition(db: Server, path: Path) -> None:
-    """The plain install: one transaction, as the role that will own pg_idem (here the bootstrap
-    superuser, the same role the native edition's CREATE EXTENSION runs as)."""
-    res = subprocess.run(["psql", "-X", "-q", "-1", "-v", "ON_ERROR_STOP=1", "-f", str(path)],
-                         capture_output=True, text=True, env=db.env, timeout=600)
-    if res.returncode != 0:
-        raise BenchError(f"installing {path} failed:\n{res.stderr[-3000:]}")
-
-
-def bench_schema(native: bool) -> str:
-    text = (BENCH_DIR / "schema.sql").read_text()
-    if not native:
-        if SCHEMA_NO_EXT not in text:
-            raise BenchError(f"bench/schema.sql no longer has the line {SCHEMA_NO_EXT!r}")
-        text = text.replace(SCHEMA_NO_EXT, "")
-    return text
-
-
-class Side:
-    # replay pool filled per database (hand-written and PL/pgSQL reference share database `hand`)
-    POOLS: dict[tuple[str, str], int] = {}
-
-    def __init__(self, name: str, db: Server, server_name: str, has_keys: bool):
-        self.name, self.db, self.server_name, self.has_keys = name, db, server_name, has_keys
-        self.where = (server_name, db.env["PGDATABASE"])
-
-    @property
-    def replay_pool(self) -> int:
-        return Side.POOLS.get(self.where, 0)
-
-    @replay_pool.setter
-    def replay_pool(self, n: int) -> None:
-        Side.POOLS[self.where] = n
-
-    def truncate(self) -> None:
-        tables = "payments, handrolled_keys, plpgsql_keys, processed_messages" + (", idem.keys" if self.has_keys else "")
-        self.db.execute(f"TRUNCATE {tables} RESTART IDENTITY;")
-        self.replay_pool = 0
-
-    def fill_replay(self, n: int) -> float:
-        """A pool of n completed keys as replay.sql / handrolled_replay.sql find them."""
-        self.truncate()
-        t0 = time.time()
-        if self.has_keys:
-            fill_idem(self.db, n, "replay", body=True, lease=None, ttl=None)
-            self.db.execute("VACUUM (ANALYZE) idem.keys;")
-        else:
-            fill_handrolled(self.db, n, "replay", body=True, ttl="24 hours")
-            self.db.execute("VACUUM (ANALYZE) handrolled_keys;")
-        self.replay_pool = n
-        return time.time() - t0
-
-    def lsn(self) -> int:
-        return int(float(self.db.value("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")))
-
-    def counts(self) -> dict:
-        q = ("SELECT (SELECT count(*) FROM payments), (SELECT count(*) FROM handrolled_keys), "
-             "(SELECT count(*) FILTER (WHERE status = 'completed') FROM handrolled_keys), "
-             "(SELECT count(*) FILTER (WHERE state = 'c') FROM plpgsql_keys), "
-             "(SELECT count(*) FROM processed_messages)")
-        if self.has_keys:
-            q += ", (SELECT count(*) FROM idem.keys), (SELECT count(*) FROM idem.keys WHERE state = 'c')"
-        row = [int(x) for x in self.db.rows(q)[0]]
-        keys = ["payments", "handrolled", "handrolled_done", "plpgsql_done", "inbox", "keys", "keys_done"]
-        return dict(zip(keys, row))
 
 
 def check_run(group: str, side: Side, txns: int, c: dict, pool: int) -> list[str]:
@@ -494,7 +353,7 @@ def write_report(out: Path, results: dict) -> None:
           f"idem.settings): " + (", ".join(f"`{k} = {v}`" for k, v in info.get("settings", {}).items())
                                  or "none, every setting at its default (purge in passing on)"))
     L(f"- Hand-written patterns: database `hand` of the same server as the SQL edition "
-      f"(bench/schema.sql without its CREATE EXTENSION).")
+      f"(bench/scenarios/schema.sql without its CREATE EXTENSION).")
     L("- Server settings (both servers; the native one also preloads pg_idem): "
       + ", ".join(f"`{k} = {v}`" for k, v in sorted(sqlenv.get("server_settings", {}).items())))
     la = results.get("loadavg", {})
@@ -574,7 +433,7 @@ def write_report(out: Path, results: dict) -> None:
             f"{side_title(s)}: `bench/scenarios/{sc}.sql`" for s, sc in sides.items()))
     L("")
     L("Per-run numbers (every round, noise indicators, `other_top`): `results.json`. Where the SQL edition's "
-      "time goes: `bench/sql_edition_profile.py` and `bench/README.md`, section *SQL edition*.")
+      "time goes: `bench/diagnostics/sql_edition_profile.py` and `docs/benchmarks.md`, section *SQL edition*.")
     (out / "report.md").write_text("\n".join(lines) + "\n")
 
 
@@ -594,7 +453,7 @@ def render(out: Path, results: dict) -> None:
 # ------------------------------------------------------------------------------------------------
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description="pg_idem SQL edition benchmark (see bench/README.md, SQL edition)")
+    p = argparse.ArgumentParser(description="pg_idem SQL edition benchmark (see bench/README.md, sql_edition.py)")
     p.add_argument("--smoke", action="store_true", help="< 1 minute: 1 round x 1 s per run, a small replay pool")
     p.add_argument("--out", default=str(BENCH_DIR / "out" / "sql-edition"))
     p.add_argument("--rounds", type=int, help="rounds (full: 3)")

@@ -3,7 +3,7 @@
 # reaching the keys costs. A coordinator and two worker nodes, and a single server, all on this
 # machine (so the cluster is not faster here: it shows the cost of each path, not scale-out).
 #
-#   bash bench/citus/run.sh [seconds per run, default 10] [rounds, default 3] [clients, default 4]
+#   bash bench/runners/citus.sh [seconds per run, default 10] [rounds, default 3] [clients, default 4]
 #
 # Scenarios, each a transaction with a fresh key: idem_claim, the business INSERT, idem_complete
 # (the `pg_idem` scenario of bench/scenarios, with the claim's record read as text):
@@ -25,7 +25,7 @@ seconds="${1:-10}"
 rounds="${2:-3}"
 clients="${3:-4}"
 [ -f "$("${PG_CONFIG:-pg_config}" --pkglibdir)/citus.so" ] || {
-    echo "bench/citus/run.sh: Citus is not installed (../shared/citus/install.sh)" >&2
+    echo "bench/runners/citus.sh: Citus is not installed (../shared/citus/install.sh)" >&2
     exit 1
 }
 base="$(mktemp -d /tmp/pg_idem_citus_bench.XXXXXX)"
