@@ -46,8 +46,10 @@ for major in "${wanted[@]}"; do
 done
 
 if ! cargo pgrx --version 2>/dev/null | grep -q "0.18.1"; then
+    # a debug build: cargo-pgrx only drives cargo and reads the built library, so optimising its
+    # 300 crates (the release profile) costs minutes of a fresh machine's setup and saves nothing
     echo "setup: installing cargo-pgrx 0.18.1 (a few minutes on 2 cores)" >&2
-    cargo install cargo-pgrx --version 0.18.1 --locked
+    cargo install cargo-pgrx --version 0.18.1 --locked --debug
 fi
 
 # `cargo pgrx init` rewrites its whole config, so it names every version present, not only

@@ -55,12 +55,15 @@ esac
 is_full() { [[ " ${full[*]} " == *" $1 "* ]]; }
 has_version() { [[ " ${versions[*]} " == *" $1 "* ]]; }
 
-scripts/setup.sh "${versions[@]}" || exit 1
+# the whole command's budget on 2 cores, setup included: the report says when a run went over
+steps_budget=2700
+[ "$mode" = quick ] && steps_budget=600
+time_setup setup scripts/setup.sh "${versions[@]}" || exit 1
 # Citus (the cluster suite, tests/cluster/citus/, on 15): from ../shared/citus where this machine
 # kind has it, and then required; elsewhere the suite is reported as skipped
 citus_installer="$root/../shared/citus/install.sh"
 if [ "$mode" = all ] && has_version 15 && [ -x "$citus_installer" ]; then
-    "$citus_installer" || exit 1
+    time_setup citus-install "$citus_installer" || exit 1
 fi
 have_pg_tle=0
 [ -x "$root/../shared/pg_tle/install.sh" ] && have_pg_tle=1

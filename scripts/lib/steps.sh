@@ -6,6 +6,8 @@
 #                          compiles; join_steps shows and counts it
 #   join_steps             waits for every step_bg, then shows and counts each, in start order
 #   skip_step REASON       inside a step: the whole step is one skipped test
+#   time_setup NAME CMD... runs CMD (an install, not a test) and puts its seconds in the table;
+#                          returns CMD's status
 #   report_steps           the table of every step's seconds, the slowest tests, the skipped
 #                          tests, and the last line "N passed, N failed, N skipped"
 #
@@ -112,6 +114,15 @@ join_steps() {
     steps_bg_t0=()
 }
 
+time_setup() {
+    local name="$1" rc t0=$SECONDS
+    shift
+    "$@"
+    rc=$?
+    steps_table+=("$((SECONDS - t0)) $name - - -")
+    return $rc
+}
+
 skip_step() {
     echo "SKIPPED: the whole step: $1" | tee -a "$PG_IDEM_SKIP_LOG"
 }
@@ -136,7 +147,7 @@ report_steps() {
     echo
     echo "steps (seconds, passed, failed, skipped), slowest first:"
     printf '%s\n' "${steps_table[@]}" | sort -rn | while read -r seconds name p f s; do
-        printf '  %6d s  %-40s %5d %4d %4d\n' "$seconds" "$name" "$p" "$f" "$s"
+        printf '  %6d s  %-40s %5s %4s %4s\n' "$seconds" "$name" "$p" "$f" "$s"
     done
     echo "the slowest tests:"
     steps_slowest_tests 10
@@ -148,6 +159,9 @@ report_steps() {
         printf '  %s\n' "${steps_skipped_tests[@]}"
     fi
     echo "total time: $((SECONDS - steps_started)) s"
+    if [ -n "${steps_budget:-}" ] && [ $((SECONDS - steps_started)) -gt "$steps_budget" ]; then
+        echo "over budget: this run took more than its $steps_budget s (docs/testing.md): the table above shows where"
+    fi
     echo "$steps_passed passed, $steps_failed failed, $steps_skipped skipped"
     rm -rf "$steps_log"
     [ "${#steps_failed_steps[@]}" = 0 ] && [ "$steps_failed" = 0 ]
