@@ -167,15 +167,22 @@ full_version() {
 
 # on 15 only: the documentation, the monitoring, the HTTP packages, the benchmarks in smoke mode
 pg15_only() {
+    # Prometheus: postgres_exporter with monitoring/'s queries as a pg_monitor role, the alerts;
+    # it mostly waits for scrapes and counters, so beside the next two steps
+    step_bg monitoring with_pg 15 monitoring/test.sh
     # every sql and sh block of README.md and docs/, run against pg_idem as just installed
     step docs-snippets with_pg 15 python3 scripts/doc_snippets.py
-    # Prometheus: postgres_exporter with monitoring/'s queries as a pg_monitor role, the alerts
-    step monitoring with_pg 15 monitoring/test.sh
     # the HTTP client packages: their dependencies (pip, npm, cargo), their unit tests, and the
     # HTTP conformance suite against every reference app (native, SQL edition, PgBouncer)
     step clients-setup clients/setup.sh
+    join_steps
     step pg15-http with_pg 15 clients/test.sh
+    # the .deb, never installed: checked unpacked, the demo against a copy of Debian's 15. Its
+    # release build (fat LTO, one codegen unit: minutes of CPU) runs beside the benchmarks'
+    # smoke runs, which last as long as their fixed durations whatever the load, and run no cargo
+    step_bg package tests/package/run.sh
     bench_smoke
+    join_steps
 }
 
 # the benchmark runners and bench/'s diagnostics in smoke mode: that they still run, not their
@@ -262,8 +269,6 @@ case "$mode" in
             fi
             [ "$major" = 15 ] && pg15_only
         done
-        # the .deb, never installed: checked unpacked, the demo against a copy of Debian's 15
-        has_version 15 && step package tests/package/run.sh
         # pg_upgrade from the oldest to the newest supported PostgreSQL, both installed above
         if [ "$upgrade_step" = 1 ]; then
             step pg14-to-pg18-upgrade env PG_IDEM_REQUIRE="$(required 18),pg_upgrade" \

@@ -95,6 +95,18 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("mode", MODES)
 
 
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (run.sh's -n), every test of one app in one mode runs on the same
+    worker (--dist loadgroup): each app process starts once, as without workers, and the apps'
+    connection pools stay within the servers' max_connections. Only the groups run side by
+    side: most of the suite waits (hung handlers, leases running out, retries)."""
+    for item in items:
+        params = getattr(item, "callspec", None) and item.callspec.params
+        if params and "target" in params:
+            app, mode = params["target"]
+            item.add_marker(pytest.mark.xdist_group(name=f"{app}-{mode}"))
+
+
 @pytest.fixture
 def target(request, running_apps):
     name, mode = request.param

@@ -76,5 +76,11 @@ export PG_IDEM_HTTP_MODES="${modes[*]}"
 export PG_IDEM_HTTP_APPS="${apps[*]:-}"
 # clients/pytest_plain_summary.py ends the output with the plain line scripts/test.sh counts
 rc=0
-PYTHONPATH="$root/clients" "$python" -m pytest -p no:cacheprovider -p pytest_plain_summary -q -rfE "$here" "${pytest_args[@]}" || rc=$?
+# the apps of each mode side by side: PG_IDEM_HTTP_JOBS pytest-xdist workers (default 3; 0 runs
+# the suite in this process), each app's tests in one worker (conftest.py)
+jobs="${PG_IDEM_HTTP_JOBS:-3}"
+workers=()
+[ "$jobs" = 0 ] || workers=(-n "$jobs" --dist loadgroup)
+PYTHONPATH="$root/clients" "$python" -m pytest -p no:cacheprovider -p pytest_plain_summary -q -rfE \
+    "${workers[@]}" "$here" "${pytest_args[@]}" || rc=$?
 exit $rc
