@@ -46,16 +46,19 @@ deb() {
     # the pages the README links to, at the same relative path
     mkdir -p "$doc/docs"
     cp docs/*.md "$doc/docs/"
-    cat >"$doc/copyright" <<COPYRIGHT
+    # the whole licence, from LICENSE: each line indented by one space, a blank line as " ."
+    # (Debian's copyright format)
+    {
+        cat <<COPYRIGHT
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: pg_idem
+
 Files: *
-Copyright: pg_idem developers
+Copyright: 2026 pg_idem developers
 License: PostgreSQL
- Permission to use, copy, modify, and distribute this software and its documentation for any
- purpose, without fee, and without a written agreement is hereby granted, provided that the
- above copyright notice and this paragraph appear in all copies.
 COPYRIGHT
+        sed -e 's/^$/./' -e 's/^/ /' LICENSE
+    } >"$doc/copyright"
     cat >"$staging/DEBIAN/control" <<CONTROL
 Package: $name
 Version: $version
@@ -103,6 +106,7 @@ install -m 644 share/extension/* "\$("\$pg_config" --sharedir)/extension/"
 echo "pg_idem $version installed into \$("\$pg_config" --pkglibdir)"
 INSTALL
     chmod 755 "$bundle/install.sh"
+    cp LICENSE "$bundle/LICENSE"
     tar czf "$out/$name.tar.gz" -C "$out" "$name"
     rm -rf "$staging" "$bundle"
     echo "$out/$name.tar.gz"
