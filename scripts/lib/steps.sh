@@ -133,8 +133,13 @@ steps_slowest_tests() {
     for out in "$steps_log"/*.out; do
         [ -e "$out" ] || continue
         name="$(basename "$out" .out)"
-        # libtest with --report-time: "test NAME ... ok <1.234s>"
-        sed -nE "s/^test (.+) \\.\\.\\. [a-zA-Z]+ <([0-9.]+)s>\$/\\2 $name: \\1/p" "$out"
+        # libtest with --report-time: "test NAME ... ok <1.234s>", after run_suites.py's
+        # "Running tests/<subject>/SUITE.rs" or ".../SUITE/main.rs"
+        awk -v step="$name" '
+            /^ +Running / { n = split($2, part, "/"); suite = part[n]; sub(/[.]rs$/, "", suite)
+                            if (suite == "main") suite = part[n - 1] }
+            /^test .* [.][.][.] [a-zA-Z]+ <[0-9.]+s>$/ {
+                t = $NF; gsub(/[<>s]/, "", t); printf "%s %s: %s::%s\n", t, step, suite, $2 }' "$out"
         # pg_regress and pg_isolation_regress: "ok 3   - name   123 ms" (and "not ok")
         sed -nE 's/^(not )?ok [0-9]+ +[-+] +([^ ]+) +([0-9]+) ms$/\3 \2/p' "$out" |
             awk -v step="$name" '{ printf "%.3f %s: %s\n", $1 / 1000, step, $2 }'
