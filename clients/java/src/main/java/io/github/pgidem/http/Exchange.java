@@ -63,7 +63,7 @@ final class Exchange {
             Claim c;
             try (PreparedStatement st = claim.prepare(conn, tenant, req.getMethod(), route.template, key, body,
                     route.lease, route.ttl, Integer.toString(route.statementTimeoutMs),
-                    Integer.toString(route.idleInTransactionTimeoutMs), fields, target);
+                    Integer.toString(route.idleInTransactionTimeoutMs), target, fields);
                  ResultSet rs = st.executeQuery()) {
                 rs.next();
                 c = new Claim(rs);

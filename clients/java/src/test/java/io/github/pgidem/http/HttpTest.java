@@ -296,7 +296,7 @@ class HttpTest {
             for (Map<String, Object> v : VectorsTest.vectors("fingerprint_body")) {
                 byte[] body = Base64.getDecoder().decode((String) v.get("body_base64"));
                 try (PreparedStatement st = sql.prepare(c, null, v.get("method"), null, null, body, null, null, null,
-                        null, null, v.get("target")); ResultSet rs = st.executeQuery()) {
+                        null, v.get("target"), null); ResultSet rs = st.executeQuery()) {
                     rs.next();
                     assertEquals(v.get("fingerprint"), rs.getString(1), v.toString());
                 }
