@@ -61,6 +61,11 @@ class HttpTest {
                         res.flushBuffer();
                         throw new IllegalStateException("after writing");
                     case "unavailable": res.setStatus(503); return;
+                    case "text":
+                        res.setStatus(201);
+                        res.setContentType("text/plain; charset=utf-8");
+                        res.getWriter().write("Zahlung über 5 €");
+                        return;
                     default: break;
                 }
                 res.setStatus(201);
@@ -157,6 +162,17 @@ class HttpTest {
         assertFalse(first.headers().firstValue("idempotent-replayed").isPresent());
         assertEquals(1, rows(t));
         assertTrue(filter.outcomes().snapshot().get("replayed") >= 1);
+    }
+
+    @Test
+    void theContentTypeIsSentStoredAndReplayedAsTheHandlerWroteIt() throws Exception {
+        String t = tenant(), k = key();
+        HttpResponse<byte[]> first = post("/t/1", "{}", t, k, "text");
+        assertEquals("text/plain; charset=utf-8", first.headers().firstValue("content-type").orElse(null));
+        assertEquals("Zahlung über 5 €", text(first));
+        HttpResponse<byte[]> again = post("/t/1", "{}", t, k, "text");
+        assertEquals("text/plain; charset=utf-8", again.headers().firstValue("content-type").orElse(null));
+        assertArrayEquals(first.body(), again.body());
     }
 
     @Test
