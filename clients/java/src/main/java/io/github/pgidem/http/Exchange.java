@@ -235,8 +235,10 @@ final class Exchange {
             }
             c.commit();
         } catch (SQLException e) {
-            // the lease runs out by itself; the retry waits for it
-            outcomes.record("database_error", scopedKey, "release: " + e.getMessage());
+            // the lease runs out by itself and the retry waits for it; the request's outcome
+            // is already counted, so this is only logged
+            System.getLogger("io.github.pgidem.http").log(System.Logger.Level.WARNING,
+                    "pg_idem could not release {0}: {1}", scopedKey, e.getMessage());
         }
     }
 
