@@ -103,7 +103,7 @@ class Snippet:
 
 
 def fences(text):
-    """(line, indent, lang, info, code, start, end) of each fenced block of TEXT, and the problems
+    """(line, indent, marker, lang, info, code, start, end) of each fenced block of TEXT, and the problems
     (line, why) of the fences that cannot be read: an indented fence, one left open."""
     lines = text.split("\n")
     offsets = [0]
