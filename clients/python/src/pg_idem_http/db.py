@@ -22,6 +22,7 @@ from .core import (
     LOCATE,
     Claim,
     Route,
+    SetupError,
     Statements,
     TransactionEnded,
     build_envelope,
@@ -35,6 +36,11 @@ from .core import (
 )
 
 __all__ = ["PgIdem", "AsyncPgIdem"]
+
+
+def _not_there(schema: str, exc: BaseException) -> SetupError:
+    # the schema option names a schema without pg_idem (or a database error hid it)
+    return SetupError(f"pg_idem's idem_version() cannot be called in schema {schema}: {exc}")
 
 
 class PgIdem:
@@ -54,7 +60,10 @@ class PgIdem:
             else:
                 found = quote_ident(schema)
             statements = Statements(found)
-            cur.execute(statements.version)
+            try:
+                cur.execute(statements.version)
+            except Exception as exc:
+                raise _not_there(found, exc) from exc
             return cls(statements, checked_version(cur.fetchone()[0]))
 
     def claim(self, conn: Any, route: Route, tenant: str, key: str, body: bytes,
@@ -90,7 +99,10 @@ class AsyncPgIdem:
         else:
             found = quote_ident(schema)
         statements = Statements(found)
-        cur = await conn.execute(statements.version)
+        try:
+            cur = await conn.execute(statements.version)
+        except Exception as exc:
+            raise _not_there(found, exc) from exc
         return cls(statements, checked_version((await cur.fetchone())[0]))
 
     async def claim(self, conn: Any, route: Route, tenant: str, key: str, body: bytes,
