@@ -15,7 +15,7 @@ fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check \
     -e '.[fastapi,django,binary,otel,sqlalchemy,test]' 'psycopg[binary]' psycopg_pool uvicorn \
-    opentelemetry-sdk pytest pytest-xdist ruff mypy build
+    opentelemetry-sdk pytest pytest-xdist ruff mypy build 'setuptools>=77'
 versions="$(.venv/bin/python -c 'import pg_idem_http, psycopg, psycopg_pool, fastapi, django, uvicorn, pytest, xdist, sqlalchemy, opentelemetry.sdk
 print(f"pg_idem_http {pg_idem_http.__version__}, psycopg {psycopg.__version__}, fastapi {fastapi.__version__}, django {django.__version__}")')"
 echo "clients/python/.venv ready: $versions"

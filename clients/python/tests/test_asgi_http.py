@@ -10,9 +10,9 @@ import uuid
 import httpx
 import psycopg
 import pytest
-from conftest import AsgiServer, new_database
 from fastapi import FastAPI, Request, Response
 
+from conftest import AsgiServer, new_database
 from pg_idem_http import outcome_counts
 from pg_idem_http.core import CONTRACT, Route, error_body
 from pg_idem_http.fastapi import Idem, IdempotencyMiddleware

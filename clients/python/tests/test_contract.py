@@ -34,7 +34,8 @@ def test_copy_is_the_source():
     if not SOURCE.exists():
         pytest.skip("not in the repository: no clients/contract.json to compare with")
     assert PACKAGE_COPY.read_bytes() == SOURCE.read_bytes(), (
-        "src/pg_idem_http/contract.json differs from clients/contract.json: run clients/sync-contract.sh"
+        "src/pg_idem_http/contract.json differs from clients/contract.json:"
+        " run clients/sync-contract.sh"
     )
 
 
@@ -212,7 +213,7 @@ def test_error_messages_come_from_the_contract():
 
 
 @pytest.mark.parametrize("sqlstate,name", [
-    *[(prefix.ljust(5, "0") if len(prefix) < 5 else prefix, name) for prefix, name in CONTRACT["sqlstates"]],
+    *[(prefix.ljust(5, "0"), name) for prefix, name in CONTRACT["sqlstates"]],
     ("22004", "invalid_request"),
     ("22P02", "invalid_request"),
     ("57P01", "unavailable"),
@@ -302,6 +303,7 @@ def test_outcomes():
     assert outcome_response(route, _claim("failed", response_code=402))[:1] == (402,)
     status, headers, _ = outcome_response(route, _claim("in_progress"))
     assert status == 409 and dict(headers)["retry-after"] == "1"
-    assert dict(outcome_response(route, _claim("in_progress", retry_after=4))[1])["retry-after"] == "4"
+    in_progress = outcome_response(route, _claim("in_progress", retry_after=4))
+    assert dict(in_progress[1])["retry-after"] == "4"
     assert outcome_response(route, _claim("mismatch"))[0] == 422
     assert outcome_response(route, _claim("stale_key"))[2] == error_response("stale_key")[2]

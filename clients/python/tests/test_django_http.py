@@ -10,8 +10,8 @@ import uuid
 import httpx
 import psycopg
 import pytest
-from conftest import Process, new_database
 
+from conftest import Process, new_database
 from pg_idem_http.core import CONTRACT, error_body
 
 KEY = CONTRACT["defaults"]["key_header"]

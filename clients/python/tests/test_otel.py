@@ -9,7 +9,6 @@ import pytest
 
 trace = pytest.importorskip("opentelemetry.trace")
 metrics = pytest.importorskip("opentelemetry.metrics")
-from conftest import AsgiServer  # noqa: E402
 from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
@@ -17,6 +16,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
     InMemorySpanExporter,
 )
+
+from conftest import AsgiServer  # noqa: E402
 from test_asgi_http import make_app, post  # noqa: E402
 
 SPANS = InMemorySpanExporter()

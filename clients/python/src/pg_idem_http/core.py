@@ -395,9 +395,14 @@ class Statements:
         self.schema = schema
         self.claim_body = statement(claim_sql(False), schema)
         self.claim_fields = statement(claim_sql(True), schema)
-        for name in ("complete", "fail_final", "release", "assert_fence", "heartbeat",
-                     "checkpoint", "downstream_key", "version"):
-            setattr(self, name, statement(SQL[name], schema))
+        self.version = statement(SQL["version"], schema)
+        self.complete = statement(SQL["complete"], schema)
+        self.fail_final = statement(SQL["fail_final"], schema)
+        self.release = statement(SQL["release"], schema)
+        self.assert_fence = statement(SQL["assert_fence"], schema)
+        self.heartbeat = statement(SQL["heartbeat"], schema)
+        self.checkpoint = statement(SQL["checkpoint"], schema)
+        self.downstream_key = statement(SQL["downstream_key"], schema)
 
     def claim(self, route: "Route") -> str:
         return self.claim_fields if route.fields is not None else self.claim_body

@@ -149,8 +149,8 @@ class LeaseContext:
         # the claim committed on its own: the completion runs in another transaction
         self.claim = Claim(**{**claim.__dict__, "txid": None})
         self.scoped_key: str = claim.scoped_key
-        self.fence: int = claim.fence
-        self.attempt: int = claim.attempt
+        self.fence: Optional[int] = claim.fence
+        self.attempt: Optional[int] = claim.attempt
         self.checkpoint_phase: Optional[str] = claim.checkpoint_phase
         self.checkpoint_data: Any = parse_json_or_none(claim.checkpoint_data)
         self.conn = None  # Django's connection once begin() opened the completion transaction

@@ -112,7 +112,7 @@ def build_urls() -> None:
         pid = insert_payment(idem, amount, None)
         if req.get("sleep_ms"):
             time.sleep(req["sleep_ms"] / 1000)  # holding the transaction
-        if req.get("fail") == "transient" and fail_once.first(idem.tenant, idem.key):
+        if req.get("fail") == "transient" and fail_once.first(idem.tenant, idem.key or ""):
             raise TransientFailure("injected transient failure")  # Django's 500
         if req.get("commit") == "api":
             connection.commit()  # refused inside the package's atomic block: Django's 500

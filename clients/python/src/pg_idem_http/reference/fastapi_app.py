@@ -41,6 +41,19 @@ def tenant(scope) -> Optional[str]:
     return None
 
 
+async def returning_id(conn, sql: str, values: tuple) -> int:
+    cur = await conn.execute(sql, values)
+    row = await cur.fetchone()
+    assert row is not None  # INSERT ... RETURNING id: one row
+    return row[0]
+
+
+async def insert_payment(idem, amount: int, order_id: Optional[int]) -> int:
+    return await returning_id(
+        idem.conn, "INSERT INTO payments (tenant, idem_key, amount, order_id)"
+        " VALUES (%s, %s, %s, %s) RETURNING id", (idem.tenant, idem.key, amount, order_id))
+
+
 def create_app(pool: AsyncConnectionPool) -> FastAPI:
     app = FastAPI()
     app.add_middleware(IdempotencyMiddleware, pool=pool, tenant=tenant,
@@ -55,15 +68,10 @@ def create_app(pool: AsyncConnectionPool) -> FastAPI:
         amount = req["amount"]
         if req.get("fail") == "final":
             return Response(fill(APP["declined_json"], amount=amount), 402, media_type=JSON)
-        cur = await idem.conn.execute(
-            "INSERT INTO payments (tenant, idem_key, amount, order_id) VALUES (%s, %s, %s, %s)"
-            " RETURNING id",
-            (idem.tenant, idem.key, amount, order_id),
-        )
-        (pid,) = await cur.fetchone()
+        pid = await insert_payment(idem, amount, order_id)
         if req.get("sleep_ms"):
             await asyncio.sleep(req["sleep_ms"] / 1000)  # holding the transaction, not the loop
-        if req.get("fail") == "transient" and fail_once.first(idem.tenant, idem.key):
+        if req.get("fail") == "transient" and fail_once.first(idem.tenant, idem.key or ""):
             raise TransientFailure("injected transient failure")  # the framework's 500
         if req.get("commit") == "api":
             await idem.conn.commit()  # refused by the package: the framework's 500
@@ -92,12 +100,7 @@ def create_app(pool: AsyncConnectionPool) -> FastAPI:
             req = parse_body(await request.body())
         except BadRequest as exc:
             return Response(bad_request_body(exc), 400, media_type=JSON)
-        cur = await idem.conn.execute(
-            "INSERT INTO payments (tenant, idem_key, amount, order_id) VALUES (%s, %s, %s, %s)"
-            " RETURNING id",
-            (idem.tenant, idem.key, req["amount"], order_id),
-        )
-        (pid,) = await cur.fetchone()
+        pid = await insert_payment(idem, req["amount"], order_id)
         return Response(fill(APP["payment_json"], id=pid, amount=req["amount"]), 201,
                         media_type=JSON, headers={"Location": f"/payments/{pid}"})
 
@@ -116,12 +119,10 @@ def create_app(pool: AsyncConnectionPool) -> FastAPI:
         if req.get("sleep_ms"):
             await asyncio.sleep(req["sleep_ms"] / 1000)  # the "external call": no transaction
         conn = await lease.begin()  # 55000 here when another attempt took over: 409 lease_lost
-        cur = await conn.execute(
-            "INSERT INTO payouts (tenant, idem_key, amount, attempt) VALUES (%s, %s, %s, %s)"
-            " RETURNING id",
-            (lease.tenant, lease.key, amount, lease.attempt),
-        )
-        (pid,) = await cur.fetchone()
+        pid = await returning_id(
+            conn, "INSERT INTO payouts (tenant, idem_key, amount, attempt)"
+            " VALUES (%s, %s, %s, %s) RETURNING id",
+            (lease.tenant, lease.key, amount, lease.attempt))
         body = fill(APP["payout_json"], id=pid, amount=amount, attempt=lease.attempt,
                     bank_ref=bank_ref)
         return Response(body, 201, media_type=JSON, headers={"Location": f"/payouts/{pid}"})
