@@ -263,7 +263,8 @@ def test_claim_statement_is_the_contracts():
     assert "{fingerprint}" not in body_mode
     assert core.statement(sql["fingerprint_body"], "public") in body_mode
     assert core.statement(sql["fingerprint_fields"], "public") in fields_mode
-    assert "%(p10)s" in fields_mode and "%(p11)s" in body_mode
+    assert "%(p11)s" in fields_mode and "%(p11)s" not in body_mode
+    assert "%(p10)s" in fields_mode and "%(p10)s" in body_mode
     assert "$" not in body_mode.replace("$5::", "")  # every placeholder converted
     assert body_mode.startswith(core.statement(sql["claim"].split("{fingerprint}")[0], "public"))
 
@@ -273,8 +274,8 @@ def test_claim_params_order():
                   idle_in_transaction_timeout_ms=6)
     p = claim_params(route, "t", "k", b"{}", "/orders/7?x=1")
     assert [p[f"p{i}"] for i in range(1, 12)] == [
-        "t", "POST", "/orders/{id}", "k", b"{}", None, "1 day", "5", "6", ["a", "b"],
-        "/orders/7?x=1"]
+        "t", "POST", "/orders/{id}", "k", b"{}", None, "1 day", "5", "6", "/orders/7?x=1",
+        ["a", "b"]]
 
 
 def test_completion_carries_the_claims_txid():

@@ -19,6 +19,7 @@ import inspect
 import json
 import logging
 import re
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import psycopg
@@ -51,7 +52,22 @@ log = logging.getLogger("pg_idem_http")
 Scope = Dict[str, Any]
 Message = Dict[str, Any]
 
-__all__ = ["IdempotencyMiddleware", "IdemContext", "LeaseContext"]
+__all__ = ["IdempotencyMiddleware", "IdemContext", "LeaseContext", "check"]
+
+# pool -> {schema option: AsyncPgIdem}: pg_idem is located once per pool
+_located: "weakref.WeakKeyDictionary[Any, Dict[Optional[str], AsyncPgIdem]]" = (
+    weakref.WeakKeyDictionary())
+
+
+async def check(pool, schema: Optional[str] = None) -> AsyncPgIdem:
+    """Locate pg_idem through `pool` and check its version, once per pool: raises SetupError,
+    whose message says what to do, when it cannot be used. Call it at the application's start
+    to refuse to start (the middleware also runs it at lifespan startup and on first use)."""
+    known = _located.setdefault(pool, {})
+    if schema not in known:
+        async with pool.connection() as conn:
+            known[schema] = await AsyncPgIdem.locate(conn, schema)
+    return known[schema]
 
 
 class IdemContext:
@@ -244,8 +260,7 @@ class IdempotencyMiddleware:
                 self._lock = asyncio.Lock()
             async with self._lock:
                 if self.idem is None:
-                    async with self.pool.connection() as conn:
-                        self.idem = await AsyncPgIdem.locate(conn, self.schema)
+                    self.idem = await check(self.pool, self.schema)
         return self.idem
 
     def _match(self, scope: Scope) -> Optional[Tuple[Route, Callable]]:

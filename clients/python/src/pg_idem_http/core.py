@@ -472,7 +472,8 @@ class Route:
 
 
 def claim_params(route: Route, tenant: str, key: str, body: bytes, target: str) -> dict:
-    """$1..$11 of the claim (target: request_target() of the request as received)."""
+    """$1..$11 of the claim ($10 target: request_target() of the request as received; $11 the
+    field list, referenced in fields mode only)."""
     return params(
         tenant,
         route.method,
@@ -483,8 +484,8 @@ def claim_params(route: Route, tenant: str, key: str, body: bytes, target: str) 
         route.ttl,
         str(route.statement_timeout_ms),
         str(route.idle_in_transaction_timeout_ms),
-        list(route.fields) if route.fields is not None else None,
         target,
+        list(route.fields) if route.fields is not None else None,
     )
 
 

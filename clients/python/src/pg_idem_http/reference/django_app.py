@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socketserver
+import sys
 import time
 from typing import Optional
 
@@ -18,7 +19,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from .common import (
     APP,
-    TABLES,
+    TABLE_SCHEMA,
     BadRequest,
     FailOnce,
     TransientFailure,
@@ -26,6 +27,7 @@ from .common import (
     bad_request_body,
     fill,
     parse_body,
+    tables,
 )
 
 JSON = "application/json"
@@ -183,7 +185,10 @@ def create_tables() -> None:
     from django.db import connection, transaction
 
     with transaction.atomic(), connection.cursor() as cur:
-        for ddl in TABLES:
+        cur.execute(TABLE_SCHEMA)
+        row = cur.fetchone()
+        assert row is not None, "no schema of the search_path allows CREATE"
+        for ddl in tables(row[0]):
             cur.execute(ddl)
     connection.close()
 
@@ -193,9 +198,14 @@ def main() -> None:
     configure(opts.dsn)
     build_urls()
     create_tables()
+    from ..core import SetupError
     from ..django import check
 
-    check()  # pg_idem's schema and version: refuse to start when it cannot be used
+    try:  # pg_idem's schema and version: refuse to start when it cannot be used
+        check()
+    except SetupError as exc:
+        print(f"pg_idem reference app: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)
     from django.db import connections
 
     connections.close_all()  # each request's thread opens its own

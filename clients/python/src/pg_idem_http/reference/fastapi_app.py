@@ -14,11 +14,13 @@ import uvicorn
 from fastapi import FastAPI, Request, Response
 from psycopg_pool import AsyncConnectionPool
 
+from ..asgi import check
+from ..core import SetupError
 from ..fastapi import Idem, IdempotencyMiddleware, Lease
 from ..observe import outcome_counts
 from .common import (
     APP,
-    TABLES,
+    TABLE_SCHEMA,
     BadRequest,
     FailOnce,
     TransientFailure,
@@ -27,6 +29,7 @@ from .common import (
     fill,
     parse_body,
     routes,
+    tables,
 )
 
 JSON = "application/json"
@@ -136,8 +139,17 @@ async def main() -> None:
     pool = AsyncConnectionPool(opts.dsn, min_size=2, max_size=20, timeout=10, open=False,
                                kwargs={"prepare_threshold": None})
     await pool.open(wait=True, timeout=30)
+    try:  # pg_idem's schema and version: refuse to start when it cannot be used
+        await check(pool)
+    except SetupError as exc:
+        print(f"pg_idem reference app: {exc}", file=sys.stderr, flush=True)
+        await pool.close()
+        sys.exit(1)
     async with pool.connection() as conn:
-        for ddl in TABLES:
+        cur = await conn.execute(TABLE_SCHEMA)
+        row = await cur.fetchone()
+        assert row is not None, "no schema of the search_path allows CREATE"
+        for ddl in tables(row[0]):
             await conn.execute(ddl)
     config = uvicorn.Config(create_app(pool), host="127.0.0.1", port=opts.port,
                             log_level="warning", lifespan="on")
