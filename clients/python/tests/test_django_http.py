@@ -3,6 +3,7 @@ process of its own, called over loopback with httpx, on a real PostgreSQL with p
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import uuid
@@ -98,3 +99,26 @@ def test_it_refuses_to_start_without_pg_idem():
     with new_database(extension=False) as bare, django_app(bare) as srv:
         assert srv.proc.wait(30) != 0
         assert "not installed" in srv.output()
+
+
+@pytest.mark.parametrize("environ,target", [
+    # the server's raw target first (gunicorn RAW_URI, uWSGI REQUEST_URI): %2F survives
+    ({"RAW_URI": "/a%2fb/%7e?x=%41", "PATH_INFO": "/a/b/~", "QUERY_STRING": "x=%41"},
+     "/a%2Fb/~?x=A"),
+    ({"REQUEST_URI": "/a%2Fb?", "PATH_INFO": "/a/b", "QUERY_STRING": ""}, "/a%2Fb"),
+    # else the decoded PATH_INFO (WSGI: bytes as latin-1) escaped again
+    ({"PATH_INFO": "/a/b", "QUERY_STRING": "x=%41"}, "/a/b?x=A"),
+    ({"PATH_INFO": "/caf\xc3\xa9", "QUERY_STRING": ""}, "/caf%C3%A9"),
+    ({"SCRIPT_NAME": "/api", "PATH_INFO": "/p q", "QUERY_STRING": "a=b"}, "/api/p%20q?a=b"),
+])
+def test_the_target_of_a_wsgi_request(environ, target):
+    from django.conf import settings
+
+    if not settings.configured:
+        settings.configure()
+    from django.core.handlers.wsgi import WSGIRequest
+
+    from pg_idem_http.django import target_of
+
+    base = {"REQUEST_METHOD": "POST", "wsgi.input": io.BytesIO(), "SCRIPT_NAME": ""}
+    assert target_of(WSGIRequest({**base, **environ})) == target

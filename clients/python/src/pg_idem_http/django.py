@@ -104,10 +104,11 @@ def target_of(request) -> str:
     """The request target as received, normalised ($11)."""
     meta = request.META
     raw = meta.get("RAW_URI") or meta.get("REQUEST_URI")
-    if raw:
+    if raw:  # as the server read the request line: latin-1 text of the raw bytes
         return split_target(raw.encode("latin-1"))
-    path = (meta.get("SCRIPT_NAME", "") + meta.get("PATH_INFO", "")).encode("latin-1")
-    return request_target(path, meta.get("QUERY_STRING", "").encode("latin-1"))
+    # request.path: SCRIPT_NAME + PATH_INFO as Django decoded them (UTF-8; broken bytes %XX)
+    return request_target(request.path.encode("utf-8"),
+                          meta.get("QUERY_STRING", "").encode("latin-1"))
 
 
 def pgbouncer_options(options: Optional[dict] = None) -> dict:
