@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request, Response
 from conftest import AsgiServer, new_database
 from pg_idem_http import outcome_counts
 from pg_idem_http.core import CONTRACT, Route, error_body
-from pg_idem_http.fastapi import Idem, IdempotencyMiddleware
+from pg_idem_http.fastapi import Idem, IdempotencyMiddleware, Lease
 
 KEY = CONTRACT["defaults"]["key_header"]
 REPLAY = CONTRACT["defaults"]["replay_header"]
@@ -33,7 +33,16 @@ def make_app(**options):
         app.add_middleware(IdempotencyMiddleware, pool=pool, routes=[
             Route("POST", "/pay/{name}", stored_headers=["content-type", "location", "link"]),
             Route("POST", "/orders/{id}/pay"),
+            Route("POST", "/lease", lease="5 seconds"),
         ], **options)
+
+        @app.post("/lease")
+        async def leased(lease: Lease) -> Response:
+            conn = await lease.begin()
+            await conn.execute("INSERT INTO payments (tenant, idem_key, amount) VALUES (%s, %s, 2)",
+                               (lease.tenant, lease.key))
+            await conn.commit()  # refused: the package completes and commits
+            return Response("{}", 201, media_type="application/json")
 
         @app.post("/pay/{name}")
         async def pay(name: str, request: Request, idem: Idem) -> Response:
@@ -247,3 +256,15 @@ def test_the_schema_option_names_where_pg_idem_is(dsn):
     with AsgiServer(dsn, make_app(schema=schema)) as srv:
         assert srv.running
         assert post(srv, "/pay/o", str(uuid.uuid4())).status_code == 201
+
+
+def test_the_lease_completion_transaction_refuses_commit(server, dsn):
+    key = str(uuid.uuid4())
+    before = outcome_counts()
+    assert post(server, "/lease", key).status_code == 500
+    assert rows(dsn, key) == 0
+    after = outcome_counts()
+    assert after["rolled_back"] == before["rolled_back"] + 1
+    # released: the retry is claimed at once, not after the lease
+    assert post(server, "/lease", key).status_code == 500
+    assert outcome_counts()["claimed"] == after["claimed"] + 1
