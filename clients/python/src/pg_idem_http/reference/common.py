@@ -11,26 +11,15 @@ from ..core import CONTRACT, Route
 
 APP = CONTRACT["reference_app"]
 
-# The tables go to the first schema of the search_path the app may create in: the conformance
-# suite puts another role's schema first, where an unqualified CREATE TABLE would be refused.
-# They are then found through the search_path, as any application's tables are.
-TABLE_SCHEMA = (
-    "SELECT pg_catalog.quote_ident(t.s) FROM pg_catalog.unnest(pg_catalog.current_schemas(false))"
-    " WITH ORDINALITY AS t(s, n) WHERE pg_catalog.has_schema_privilege(t.s, 'CREATE')"
-    " ORDER BY t.n LIMIT 1"
-)
-_TABLES = (
-    "CREATE TABLE IF NOT EXISTS {schema}.payments (id bigserial PRIMARY KEY, tenant text NOT NULL,"
+# CONTRACT.md "The reference apps": the tables are named with their schema in every statement,
+# as the conformance suite puts another role's schema first on the search_path.
+TABLES = (
+    "CREATE TABLE IF NOT EXISTS public.payments (id bigserial PRIMARY KEY, tenant text NOT NULL,"
     " idem_key text NOT NULL, amount bigint NOT NULL)",
-    "ALTER TABLE {schema}.payments ADD COLUMN IF NOT EXISTS order_id bigint",
-    "CREATE TABLE IF NOT EXISTS {schema}.payouts (id bigserial PRIMARY KEY, tenant text NOT NULL,"
+    "ALTER TABLE public.payments ADD COLUMN IF NOT EXISTS order_id bigint",
+    "CREATE TABLE IF NOT EXISTS public.payouts (id bigserial PRIMARY KEY, tenant text NOT NULL,"
     " idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL)",
 )
-
-
-def tables(schema: str) -> list:
-    """The DDL of CONTRACT.md "The reference apps", in `schema` (quoted, from TABLE_SCHEMA)."""
-    return [ddl.replace("{schema}", schema) for ddl in _TABLES]
 
 
 def routes() -> dict:

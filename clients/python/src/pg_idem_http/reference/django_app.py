@@ -19,7 +19,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from .common import (
     APP,
-    TABLE_SCHEMA,
+    TABLES,
     BadRequest,
     FailOnce,
     TransientFailure,
@@ -27,7 +27,6 @@ from .common import (
     bad_request_body,
     fill,
     parse_body,
-    tables,
 )
 
 JSON = "application/json"
@@ -94,7 +93,7 @@ def build_urls() -> None:
 
     def insert_payment(idem, amount: int, order_id: Optional[int]) -> int:
         with connection.cursor() as cur:  # in the claim's transaction
-            cur.execute("INSERT INTO payments (tenant, idem_key, amount, order_id)"
+            cur.execute("INSERT INTO public.payments (tenant, idem_key, amount, order_id)"
                         " VALUES (%s, %s, %s, %s) RETURNING id",
                         (idem.tenant, idem.key, amount, order_id))
             return cur.fetchone()[0]
@@ -165,7 +164,7 @@ def build_urls() -> None:
             time.sleep(req["sleep_ms"] / 1000)  # the "external call": no transaction held
         conn = lease.begin()  # 55000 when another attempt took over: 409 lease_lost
         with conn.cursor() as cur:
-            cur.execute("INSERT INTO payouts (tenant, idem_key, amount, attempt)"
+            cur.execute("INSERT INTO public.payouts (tenant, idem_key, amount, attempt)"
                         " VALUES (%s, %s, %s, %s) RETURNING id",
                         (lease.tenant, lease.key, amount, lease.attempt))
             (pid,) = cur.fetchone()
@@ -185,10 +184,7 @@ def create_tables() -> None:
     from django.db import connection, transaction
 
     with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(TABLE_SCHEMA)
-        row = cur.fetchone()
-        assert row is not None, "no schema of the search_path allows CREATE"
-        for ddl in tables(row[0]):
+        for ddl in TABLES:
             cur.execute(ddl)
     connection.close()
 

@@ -20,7 +20,7 @@ from ..fastapi import Idem, IdempotencyMiddleware, Lease
 from ..observe import outcome_counts
 from .common import (
     APP,
-    TABLE_SCHEMA,
+    TABLES,
     BadRequest,
     FailOnce,
     TransientFailure,
@@ -29,7 +29,6 @@ from .common import (
     fill,
     parse_body,
     routes,
-    tables,
 )
 
 JSON = "application/json"
@@ -53,7 +52,7 @@ async def returning_id(conn, sql: str, values: tuple) -> int:
 
 async def insert_payment(idem, amount: int, order_id: Optional[int]) -> int:
     return await returning_id(
-        idem.conn, "INSERT INTO payments (tenant, idem_key, amount, order_id)"
+        idem.conn, "INSERT INTO public.payments (tenant, idem_key, amount, order_id)"
         " VALUES (%s, %s, %s, %s) RETURNING id", (idem.tenant, idem.key, amount, order_id))
 
 
@@ -123,7 +122,7 @@ def create_app(pool: AsyncConnectionPool) -> FastAPI:
             await asyncio.sleep(req["sleep_ms"] / 1000)  # the "external call": no transaction
         conn = await lease.begin()  # 55000 here when another attempt took over: 409 lease_lost
         pid = await returning_id(
-            conn, "INSERT INTO payouts (tenant, idem_key, amount, attempt)"
+            conn, "INSERT INTO public.payouts (tenant, idem_key, amount, attempt)"
             " VALUES (%s, %s, %s, %s) RETURNING id",
             (lease.tenant, lease.key, amount, lease.attempt))
         body = fill(APP["payout_json"], id=pid, amount=amount, attempt=lease.attempt,
@@ -146,10 +145,7 @@ async def main() -> None:
         await pool.close()
         sys.exit(1)
     async with pool.connection() as conn:
-        cur = await conn.execute(TABLE_SCHEMA)
-        row = await cur.fetchone()
-        assert row is not None, "no schema of the search_path allows CREATE"
-        for ddl in tables(row[0]):
+        for ddl in TABLES:
             await conn.execute(ddl)
     config = uvicorn.Config(create_app(pool), host="127.0.0.1", port=opts.port,
                             log_level="warning", lifespan="on")
