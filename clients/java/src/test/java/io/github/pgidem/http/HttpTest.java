@@ -106,6 +106,7 @@ class HttpTest {
                 .route(Route.post("/fields").withFields("a", "b"))
                 .route(Route.post(LONG_ROUTE))
                 .route(Route.post("/lease").withLease("5 seconds"))
+                .route(Route.post("/optional").keyOptional())
                 .build();
         server = new Server(filter, new App());
     }
@@ -173,6 +174,19 @@ class HttpTest {
         HttpResponse<byte[]> again = post("/t/1", "{}", t, k, "text");
         assertEquals("text/plain; charset=utf-8", again.headers().firstValue("content-type").orElse(null));
         assertArrayEquals(first.body(), again.body());
+    }
+
+    @Test
+    void anOptionalKeyRunsWithoutAClaimInAPlainTransaction() throws Exception {
+        String t = tenant();
+        for (int i = 0; i < 2; i++) {
+            HttpResponse<byte[]> r = server.post("/optional", "{}", "X-Tenant", t, "X-Do", "ok");
+            assertEquals(201, r.statusCode());
+            assertFalse(r.headers().firstValue("idempotent-replayed").isPresent());
+        }
+        assertEquals(2, rows(t)); // committed, twice: no key, no deduplication
+        assertEquals(503, server.post("/optional", "{}", "X-Tenant", t, "X-Do", "unavailable").statusCode());
+        assertEquals(2, rows(t)); // a non-final status rolls back
     }
 
     @Test
