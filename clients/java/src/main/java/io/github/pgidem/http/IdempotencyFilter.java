@@ -114,12 +114,17 @@ public final class IdempotencyFilter implements Filter {
                                 + " holds idem_* functions of another role: " + foreign + "; drop them");
                     }
                 }
+                String min = Contract.get("min_pg_idem_version");
                 String version;
                 try (PreparedStatement st = new Sql(Contract.sql("version"), schema).prepare(c);
                      ResultSet rs = st.executeQuery()) {
                     version = rs.next() ? rs.getString(1) : null;
+                } catch (SQLException e) {
+                    // no idem_version(): the released 0.5.0 and older
+                    if (!"42883".equals(e.getSQLState())) throw e;
+                    throw new IllegalStateException("pg_idem in " + schema + " has no idem_version(): it is older "
+                            + "than " + min + ", which this package needs (ALTER EXTENSION pg_idem UPDATE)");
                 }
-                String min = Contract.get("min_pg_idem_version");
                 if (!Rules.versionOk(version)) throw new IllegalStateException("pg_idem " + version
                         + " is installed; this package needs " + min + " or later (ALTER EXTENSION pg_idem UPDATE)");
                 return schema;

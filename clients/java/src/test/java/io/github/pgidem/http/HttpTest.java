@@ -349,6 +349,12 @@ class HttpTest {
                 () -> IdempotencyFilter.builder(Server.dataSource()).singleTenant("a").schema("java_old").build().verify());
         assertTrue(e.getMessage().contains("0.4.0") && e.getMessage().contains(Contract.get("min_pg_idem_version")), e.getMessage());
 
+        Server.sql("DROP SCHEMA IF EXISTS java_noversion CASCADE", "CREATE SCHEMA java_noversion");
+        e = assertThrows(IllegalStateException.class, () -> IdempotencyFilter.builder(Server.dataSource())
+                .singleTenant("a").schema("java_noversion").build().verify());
+        assertTrue(e.getMessage().contains("idem_version()") && e.getMessage().contains(Contract.get("min_pg_idem_version")),
+                e.getMessage());
+
         Server.sql("DROP ROLE IF EXISTS java_planter", "CREATE ROLE java_planter",
                 "GRANT CREATE ON SCHEMA public TO java_planter", "SET ROLE java_planter",
                 "CREATE FUNCTION public.idem_planted() RETURNS int LANGUAGE sql AS $$SELECT 1$$");
