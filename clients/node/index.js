@@ -4,7 +4,9 @@
 const core = require('./lib/core');
 const { idempotency, idempotencyErrors } = require('./lib/express');
 const { pgIdemHttp } = require('./lib/fastify');
-const { resolveOptions, start, Attempt } = require('./lib/engine');
+const { resolveOptions, locate, start, Attempt } = require('./lib/engine');
+const transaction = require('./lib/transaction');
+const outcomes = require('./lib/outcomes');
 
 module.exports = {
   // Express 5
@@ -12,6 +14,18 @@ module.exports = {
   idempotencyErrors,
   // Fastify 5
   pgIdemHttp,
+  // once per pool: pg_idem's schema and version (throws PgIdemSetupError: do not start)
+  locate,
+  // bring your own transaction
+  claim: transaction.claim,
+  complete: transaction.complete,
+  locateOn: transaction.locateOn,
+  fromKnex: transaction.fromKnex,
+  PgIdemSetupError: transaction.PgIdemSetupError,
+  TransactionEndedError: transaction.TransactionEndedError,
+  // outcomes: counts, and the diagnostics_channel name they are published on
+  outcomeCounts: outcomes.outcomeCounts,
+  OUTCOME_CHANNEL: outcomes.CHANNEL,
   // framework-neutral
   resolveOptions,
   start,
@@ -20,12 +34,15 @@ module.exports = {
   contract: core.contract,
   parseKey: core.parseKey,
   isFinalStatus: core.isFinalStatus,
+  normalizeTarget: core.normalizeTarget,
   buildEnvelope: core.buildEnvelope,
   replayResponse: core.replayResponse,
   errorBody: core.errorBody,
   errorResponse: core.errorResponse,
+  errorResponseFor: core.errorResponseFor,
   errorNameForSqlstate: core.errorNameForSqlstate,
   sqlstateOf: core.sqlstateOf,
   claimSql: core.claimSql,
   routeTemplate: core.routeTemplate,
+  versionOk: core.versionOk,
 };
