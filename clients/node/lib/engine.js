@@ -205,7 +205,10 @@ async function start(cfg, input) {
       await conn.rollback();
       conn.release();
     }
-    if (err instanceof PgIdemSetupError) cfg.log(err);
+    if (err instanceof PgIdemSetupError) {
+      cfg.log(err); // the application should not have started: a 500, not a 503 to retry
+      return { response: core.errorResponse('internal_error') };
+    }
     return { response: errorFor(cfg, err) };
   }
 
