@@ -168,20 +168,6 @@ function statement(name, schema, fields) {
   return text.split('{schema}').join(schema);
 }
 
-/**
- * The statement with its `$n` renumbered in order of first use and the values it uses: the
- * claim of body mode uses $11 but not $10, and PostgreSQL refuses both an unused value (08P01)
- * and a gap (42P18).
- */
-function bindUsed(text, values) {
-  const order = new Map();
-  const renumbered = text.replace(/\$(\d+)/g, (_, n) => {
-    if (!order.has(n)) order.set(n, order.size + 1);
-    return `$${order.get(n)}`;
-  });
-  return { text: renumbered, values: [...order.keys()].map((n) => values[Number(n) - 1]) };
-}
-
 /** quote_ident's rule: as is when lower-case letters, digits and `_` (not first a digit). */
 function quoteIdent(name) {
   const text = String(name);
@@ -230,7 +216,7 @@ function normalizePart(bytes) {
 }
 
 /**
- * The request target as the fingerprint binds it ($11): the raw target received (Express's
+ * The request target as the fingerprint binds it ($10): the raw target received (Express's
  * req.originalUrl, Fastify's request.raw.url: never a decoded path), path and query normalised
  * separately; `?` only before a non-empty query.
  */
@@ -286,7 +272,6 @@ module.exports = {
   errorResponseFor,
   claimSql,
   statement,
-  bindUsed,
   quoteIdent,
   versionOk,
   normalizeTarget,

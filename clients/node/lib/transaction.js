@@ -94,13 +94,13 @@ async function claim(db, request) {
     request.ttl ?? null,
     String(request.statementTimeoutMs ?? defaults.statement_timeout_ms),
     String(request.idleInTransactionTimeoutMs ?? defaults.idle_in_transaction_timeout_ms),
-    request.fields ? [...request.fields] : null,
     core.normalizeTarget(request.target),
   ];
+  // $11, the field list, exists in fields mode only: PostgreSQL refuses a value it does not use
+  if (request.fields) params.push([...request.fields]);
   let row;
   try {
-    const bound = core.bindUsed(core.statement('claim', request.schema, request.fields), params);
-    ({ rows: [row] } = await db.query(bound.text, bound.values));
+    ({ rows: [row] } = await db.query(core.statement('claim', request.schema, request.fields), params));
   } catch (err) {
     record('database_error', details);
     throw err;
