@@ -27,9 +27,19 @@ async function createTables(p) {
     await client.query('BEGIN');
     // apps started at once would race on CREATE TABLE IF NOT EXISTS (23505 on pg_type)
     await client.query("SELECT pg_advisory_xact_lock(hashtext('pg-idem-http reference tables'))");
-    await client.query('CREATE TABLE IF NOT EXISTS payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL)');
-    await client.query('ALTER TABLE payments ADD COLUMN IF NOT EXISTS order_id bigint');
-    await client.query('CREATE TABLE IF NOT EXISTS payouts (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL)');
+    // the first schema of the search_path this role may create in: the conformance suite puts
+    // another role's schema first, where an unqualified CREATE TABLE is refused; the tables are
+    // then found through the search_path, as any application's are
+    const {
+      rows: [found],
+    } = await client.query(
+      "SELECT pg_catalog.quote_ident(s.name) AS schema FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS s(name, n) WHERE pg_catalog.has_schema_privilege(s.name, 'CREATE') ORDER BY s.n LIMIT 1",
+    );
+    if (!found) throw new Error('no schema of the search_path allows CREATE: the reference tables cannot be created');
+    const s = found.schema;
+    await client.query(`CREATE TABLE IF NOT EXISTS ${s}.payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL)`);
+    await client.query(`ALTER TABLE ${s}.payments ADD COLUMN IF NOT EXISTS order_id bigint`);
+    await client.query(`CREATE TABLE IF NOT EXISTS ${s}.payouts (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL)`);
     await client.query('COMMIT');
   } catch (err) {
     await client.query('ROLLBACK').catch(() => {});
