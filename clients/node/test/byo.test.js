@@ -80,3 +80,16 @@ test('claim() refuses a missing tenant and a bad key before the database', async
   const bad = await pkg.claim(nothing, request('public', 't', { keyHeader: '"x' }));
   assert.equal(bad.response.body.toString(), pkg.errorBody('key_invalid').toString());
 });
+
+test('fingerprint vectors: the contract\'s body expression, as the claim sends it', { skip: db.skip }, async () => {
+  const { contract } = pkg;
+  // the expression's own parameters ($2 method, $5 body, $10 target) as $1, $2, $3: a statement
+  // may not leave a parameter unused
+  const expression = contract.sql.fingerprint_body.replace(/\$(2|5|10)\b/g, (_, n) => ({ 2: '$1', 5: '$2', 10: '$3' })[n]);
+  await withClient(async (client) => {
+    for (const v of contract.vectors.fingerprint_body) {
+      const { rows: [row] } = await client.query(`SELECT ${expression} AS fingerprint`, [v.method, Buffer.from(v.body_base64, 'base64'), pkg.normalizeTarget(v.target)]);
+      assert.equal(row.fingerprint, v.fingerprint, `${v.method} ${v.target}`);
+    }
+  });
+});
