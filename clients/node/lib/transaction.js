@@ -40,8 +40,14 @@ async function locateOn(db, { schema } = {}) {
     }
     quoted = rows[0].schema;
   }
-  const { rows: [row] } = await db.query(core.statement('version', quoted), []);
-  const version = row.version;
+  let version;
+  try {
+    ({ rows: [{ version }] } = await db.query(core.statement('version', quoted), []));
+  } catch (err) {
+    // no idem_version(): a pg_idem from before it (the released 0.5.0 and older)
+    if (core.sqlstateOf(err) !== '42883') throw err;
+    throw new PgIdemSetupError(`pg-idem-http: the pg_idem installed has no idem_version(): it is older than ${core.contract.min_pg_idem_version}, which this package needs: ALTER EXTENSION pg_idem UPDATE (or install the SQL edition again)`);
+  }
   if (!core.versionOk(version)) {
     throw new PgIdemSetupError(`pg-idem-http: pg_idem ${version} is installed; this package needs ${core.contract.min_pg_idem_version} or later: ALTER EXTENSION pg_idem UPDATE`);
   }

@@ -241,12 +241,15 @@ describe('refusing to start', { skip: db.skip }, () => {
     }
   });
 
-  test('an older pg_idem: both versions named', async () => {
+  test('an older pg_idem: both versions named, or the minimum when it has no idem_version()', async () => {
     const scratch = await db.scratchDatabase();
     const other = db.newPool(scratch.dsn);
     try {
       await db.sql(`CREATE SCHEMA "Old"; CREATE FUNCTION "Old".idem_version() RETURNS text LANGUAGE sql AS $$SELECT '0.4.9'$$`, [], scratch.dsn);
       await assert.rejects(pkg.locate(other, { schema: 'Old' }), /0\.4\.9 is installed; this package needs 0\.5\.0/);
+      // a schema without idem_version() at all: older than the minimum, named
+      await db.sql('CREATE SCHEMA "Older"', [], scratch.dsn);
+      await assert.rejects(pkg.locate(other, { schema: 'Older' }), (err) => err instanceof pkg.PgIdemSetupError && /no idem_version\(\)/.test(err.message) && err.message.includes(pkg.contract.min_pg_idem_version));
     } finally {
       await other.end();
       await scratch.drop();
