@@ -1,0 +1,3 @@
+module pg_idem/clients/go
+
+go 1.19
