@@ -2,11 +2,12 @@
 # Installs what the client packages need, each with its own setup.sh: the Python venv
 # (clients/python/.venv: the package, FastAPI, Django, uvicorn, psycopg, pytest), the Node.js
 # package's node_modules (npm ci), and the Rust crate's reference app (cargo build, into the
-# workspace's target directory). Safe to run again.
+# workspace's target directory), and the Go reference app (clients/go/bin, built offline
+# from Debian's packages). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")"
 ./sync-contract.sh
-for package in python node rust; do
+for package in python node rust go; do
     echo "== clients/$package: setup"
     "$package/setup.sh"
 done

@@ -60,11 +60,10 @@ func (l *Lease) Checkpoint(ctx context.Context, phase string, data interface{}) 
 
 // Heartbeat extends the lease under the fence by lease (an interval), or "" by the route's.
 func (l *Lease) Heartbeat(ctx context.Context, lease string) error {
-	var by interface{}
-	if lease != "" {
-		by = lease
+	if lease == "" {
+		lease = l.route.Lease // (NULL would be the database's own default, not the route's)
 	}
-	return l.short(ctx, "heartbeat", scanNothing, l.fence, by)
+	return l.short(ctx, "heartbeat", scanNothing, l.fence, lease)
 }
 
 // Begin opens the completion transaction (once; later calls return the same one) after
