@@ -60,14 +60,9 @@ func ContractJSON() []byte { return append([]byte(nil), contractJSON...) }
 func statement(name, schema string, fields bool) string {
 	s := contract.SQL[name]
 	if name == "claim" {
-		fp := contract.SQL["fingerprint_fields"]
-		if !fields {
-			// The body's fingerprint leaves $10 (the field list) unused, and PostgreSQL
-			// refuses a parameter it cannot type ("could not determine data type of
-			// parameter $10"): database/sql's drivers send no types, the server infers them.
-			// So the body-mode claim takes the target as $10 and ten arguments (claimArgs).
-			fp = strings.ReplaceAll(contract.SQL["fingerprint_body"], "$11", "$10")
-			s = strings.ReplaceAll(s, "$11", "$10")
+		fp := contract.SQL["fingerprint_body"]
+		if fields {
+			fp = contract.SQL["fingerprint_fields"]
 		}
 		s = strings.ReplaceAll(s, "{fingerprint}", fp)
 	}

@@ -264,9 +264,13 @@ func TestEveryStatementNamesTheSchema(t *testing.T) {
 			t.Errorf("%s keeps a placeholder", name)
 		}
 	}
-	body, fields := statement("claim", "s", false), statement("claim", "s", true)
-	if strings.Contains(body, "$11") || !strings.Contains(body, "$10") || !strings.Contains(fields, "$11") {
-		t.Error("the body-mode claim takes the target as $10, the fields-mode one as $11")
+	// every parameter sent must be named: an unreferenced one has no type, and database/sql's
+	// drivers let the server infer the types
+	if body := statement("claim", "s", false); strings.Contains(body, "$11") || !strings.Contains(body, "$10") {
+		t.Error("the body-mode claim names $11, or not $10")
+	}
+	if fields := statement("claim", "s", true); !strings.Contains(fields, "$11") {
+		t.Error("the fields-mode claim does not name $11")
 	}
 }
 

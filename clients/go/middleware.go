@@ -137,11 +137,11 @@ func (r *route) serve(w http.ResponseWriter, req *http.Request, next http.Handle
 	if r.TTL != "" {
 		ttl = r.TTL
 	}
-	args := []interface{}{o.Tenant, req.Method, r.Template, o.Key, body, lease, ttl, r.statementMs, r.idleMs}
-	if r.Fields != nil {
+	args := []interface{}{o.Tenant, req.Method, r.Template, o.Key, body, lease, ttl, r.statementMs, r.idleMs,
+		requestTarget(req)}
+	if r.Fields != nil { // $11 only where the statement names it: an unused one has no type
 		args = append(args, textArray(r.Fields))
 	}
-	args = append(args, requestTarget(req)) // $11, or $10 in body mode (statement)
 	var c claim
 	err = tx.QueryRowContext(ctx, r.claimSQL, args...).Scan(&c.scopedKey, &c.outcome, &c.fence,
 		&c.attempt, &c.responseCode, &c.responseBody, &c.checkpointPhase, &c.checkpointData, &c.retryAfter,
