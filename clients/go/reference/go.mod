@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: PostgreSQL (the repository's LICENSE)
 module pg_idem/clients/go/reference
 
 go 1.19
