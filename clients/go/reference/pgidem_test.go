@@ -431,3 +431,28 @@ func TestLeaseMode(t *testing.T) {
 		t.Fatalf("after the takeover: %+v", r)
 	}
 }
+
+// The target is the request line's: a prefix a router strips (http.StripPrefix, a mount) is
+// still part of the request, so /v1/items and /v2/items are two requests for one key.
+func TestTheTargetIsTheRequestLineNotTheRoutedPath(t *testing.T) {
+	db := open(t, dsn(t))
+	ix, err := pgidem.New(context.Background(), db, pgidem.Options{SingleTenant: "prefix-" + fresh()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := ix.Middleware(pgidem.Route{Template: "/items"})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(201)
+	}))
+	m := http.NewServeMux()
+	m.Handle("/v1/", http.StripPrefix("/v1", h))
+	m.Handle("/v2/", http.StripPrefix("/v2", h))
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+	key := fresh()
+	if r := post(t, srv.URL+"/v1/items", `{}`, key, ""); r.status != 201 {
+		t.Fatalf("%+v", r)
+	}
+	if r := post(t, srv.URL+"/v2/items", `{}`, key, ""); r.status != 422 {
+		t.Fatalf("another prefix, the same key: %+v", r)
+	}
+}
