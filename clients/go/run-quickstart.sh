@@ -21,6 +21,7 @@ replace pg_idem/clients/go => $here
 replace github.com/lib/pq => $gocode/lib/pq
 replace github.com/go-chi/chi/v5 => $gocode/go-chi/chi
 MOD
+[ -n "${GOCACHE:-}" ] || [ -n "${HOME:-}" ] || export GOCACHE=/tmp/pg_idem_go_cache
 GOFLAGS=-mod=mod GOPROXY=off GOSUMDB=off go build -o quickstart .
 case "$DATABASE_URL" in *sslmode=*) ;; *\?*) DATABASE_URL="$DATABASE_URL&sslmode=disable" ;; *) DATABASE_URL="$DATABASE_URL?sslmode=disable" ;; esac
 export DATABASE_URL

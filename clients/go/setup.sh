@@ -29,7 +29,8 @@ replace github.com/gorilla/mux => $gocode/gorilla/mux
 MOD
 : >"$build/go.sum"
 export GOFLAGS="-mod=mod -modfile=$build/go.mod" GOPROXY=off GOSUMDB=off GOTOOLCHAIN=local
-export GOCACHE="${GOCACHE:-$HOME/.cache/go-build}"
+# go needs a build cache: under $HOME unless told, and CI may run without HOME
+[ -n "${GOCACHE:-}" ] || [ -n "${HOME:-}" ] || export GOCACHE=/tmp/pg_idem_go_cache
 cd "$here/reference"
 go build -o "$here/bin/pg-idem-reference" ./cmd/pg-idem-reference
 echo "clients/go ready: clients/go/bin/pg-idem-reference"

@@ -25,6 +25,8 @@ if [ -z "${PG_IDEM_HTTP_TEST_DSN:-}" ]; then
     export PG_IDEM_HTTP_TEST_DSN="postgresql://postgres@127.0.0.1:$PGPORT/postgres?sslmode=disable"
 fi
 export GOPROXY=off GOSUMDB=off GOTOOLCHAIN=local
+[ -n "${GOCACHE:-}" ] || [ -n "${HOME:-}" ] || export GOCACHE=/tmp/pg_idem_go_cache
+[ -f "$here/reference/build/go.mod" ] || { echo "clients/go/test.sh: run clients/go/setup.sh first"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 rc=0
 failed=0
 (cd "$here" && go vet ./...) || { rc=1; failed=$((failed + 1)); }
