@@ -211,7 +211,8 @@ func (r *route) unclaimed(w http.ResponseWriter, o Outcome, c *claim) {
 		ix.report(o)
 		writeError(w, newError("mismatch", ix.retryAfter))
 	case "stale_key":
-		r.ix.report(Outcome{Name: "rejected", Method: o.Method, Route: o.Route, Tenant: o.Tenant, Key: o.Key})
+		o.Name = "rejected" // pg_idem.reject_stale_uuidv7: refused before any claim
+		ix.report(o)
 		writeError(w, newError("stale_key", ix.retryAfter))
 	default:
 		r.dbError(w, o, fmt.Errorf("pgidem: idem_claim answered an unknown outcome %q", c.outcome))
