@@ -43,9 +43,13 @@ func LoadConstants() (Constants, error) {
 	return c.ReferenceApp, err
 }
 
-const schemaSQL = `CREATE TABLE IF NOT EXISTS payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL);
-ALTER TABLE payments ADD COLUMN IF NOT EXISTS order_id bigint;
-CREATE TABLE IF NOT EXISTS payouts (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL);`
+// schemaSQL is the contract's; the tables are named with their schema (a hostile search_path
+// puts another role's schema first). The lock: apps started at once would race on CREATE TABLE
+// IF NOT EXISTS (23505 on pg_type); the Node.js apps take the same one.
+const schemaSQL = `SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg-idem-http reference tables'));
+CREATE TABLE IF NOT EXISTS public.payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL);
+ALTER TABLE public.payments ADD COLUMN IF NOT EXISTS order_id bigint;
+CREATE TABLE IF NOT EXISTS public.payouts (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL);`
 
 // New creates the app's tables and returns its router and its Idempotency (for the counts).
 func New(ctx context.Context, db *sql.DB) (http.Handler, *pgidem.Idempotency, error) {
@@ -155,7 +159,7 @@ func (a *app) payment(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var id int64
-	err := tx.QueryRowContext(r.Context(), "INSERT INTO payments (tenant, idem_key, amount) VALUES ($1, $2, $3) RETURNING id",
+	err := tx.QueryRowContext(r.Context(), "INSERT INTO public.payments (tenant, idem_key, amount) VALUES ($1, $2, $3) RETURNING id",
 		tx.Tenant(), tx.Key(), p.Amount).Scan(&id)
 	if err != nil {
 		pgidem.WriteError(w, err)
@@ -223,7 +227,7 @@ func (a *app) orderPayment(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var id int64
-	err = tx.QueryRowContext(r.Context(), "INSERT INTO payments (tenant, idem_key, amount, order_id) VALUES ($1, $2, $3, $4) RETURNING id",
+	err = tx.QueryRowContext(r.Context(), "INSERT INTO public.payments (tenant, idem_key, amount, order_id) VALUES ($1, $2, $3, $4) RETURNING id",
 		tx.Tenant(), tx.Key(), p.Amount, order).Scan(&id)
 	if err != nil {
 		pgidem.WriteError(w, err)
@@ -253,7 +257,7 @@ func (a *app) payout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var id int64
-	err = tx.QueryRowContext(r.Context(), "INSERT INTO payouts (tenant, idem_key, amount, attempt) VALUES ($1, $2, $3, $4) RETURNING id",
+	err = tx.QueryRowContext(r.Context(), "INSERT INTO public.payouts (tenant, idem_key, amount, attempt) VALUES ($1, $2, $3, $4) RETURNING id",
 		lease.Tenant(), lease.Key(), p.Amount, lease.Attempt()).Scan(&id)
 	if err != nil {
 		pgidem.WriteError(w, err)

@@ -215,7 +215,7 @@ func TestTheFingerprintBindsTheTarget(t *testing.T) {
 
 func count(t *testing.T, db *sql.DB, tenant string) int {
 	var n int
-	if err := db.QueryRow("SELECT count(*) FROM payments WHERE tenant = $1", tenant).Scan(&n); err != nil {
+	if err := db.QueryRow("SELECT count(*) FROM public.payments WHERE tenant = $1", tenant).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -273,13 +273,13 @@ func ownApp(t *testing.T, outcomes chan<- pgidem.Outcome) (*httptest.Server, *sq
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec("CREATE TABLE IF NOT EXISTS go_items (item text, body text)"); err != nil {
+	if _, err := db.Exec("CREATE TABLE IF NOT EXISTS public.go_items (item text, body text)"); err != nil {
 		t.Fatal(err)
 	}
 	insert := func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		tx := pgidem.TxFrom(r)
-		if _, err := tx.ExecContext(r.Context(), "INSERT INTO go_items VALUES ($1, $2)", mux.Vars(r)["id"], string(body)); err != nil {
+		if _, err := tx.ExecContext(r.Context(), "INSERT INTO public.go_items VALUES ($1, $2)", mux.Vars(r)["id"], string(body)); err != nil {
 			pgidem.WriteError(w, err)
 			return
 		}
@@ -301,7 +301,7 @@ func ownApp(t *testing.T, outcomes chan<- pgidem.Outcome) (*httptest.Server, *sq
 
 func items(t *testing.T, db *sql.DB, id string) int {
 	var n int
-	_ = db.QueryRow("SELECT count(*) FROM go_items WHERE item = $1", id).Scan(&n)
+	_ = db.QueryRow("SELECT count(*) FROM public.go_items WHERE item = $1", id).Scan(&n)
 	return n
 }
 
