@@ -46,6 +46,13 @@ func (ix *Idempotency) Middleware(rt Route) func(http.Handler) http.Handler {
 	if rt.Template == "" {
 		panic("pgidem: Route.Template is required (the route as written, with {name} parameters)")
 	}
+	r := ix.route(rt)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { r.serve(w, req, next) })
+	}
+}
+
+func (ix *Idempotency) route(rt Route) *route {
 	d := contract.Defaults
 	ms := func(v time.Duration, def int64) string {
 		if v <= 0 {
@@ -56,12 +63,9 @@ func (ix *Idempotency) Middleware(rt Route) func(http.Handler) http.Handler {
 	if rt.MaxBodyBytes <= 0 {
 		rt.MaxBodyBytes = d.MaxBodyBytes
 	}
-	r := &route{Route: rt, ix: ix, claimSQL: statement("claim", ix.schema, rt.Fields != nil),
+	return &route{Route: rt, ix: ix, claimSQL: statement("claim", ix.schema, rt.Fields != nil),
 		statementMs: ms(rt.StatementTimeout, d.StatementTimeoutMs),
 		idleMs:      ms(rt.IdleInTransactionTimeout, d.IdleInTransactionTimeoutMs)}
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { r.serve(w, req, next) })
-	}
 }
 
 // claim is the row of `sql.claim`.
@@ -130,22 +134,7 @@ func (r *route) serve(w http.ResponseWriter, req *http.Request, next http.Handle
 		r.inTransaction(w, req, next, body, h, o, nil)
 		return
 	}
-	var lease, ttl interface{}
-	if r.Lease != "" {
-		lease = r.Lease
-	}
-	if r.TTL != "" {
-		ttl = r.TTL
-	}
-	args := []interface{}{o.Tenant, req.Method, r.Template, o.Key, body, lease, ttl, r.statementMs, r.idleMs,
-		requestTarget(req)}
-	if r.Fields != nil { // $11 only where the statement names it: an unused one has no type
-		args = append(args, textArray(r.Fields))
-	}
-	var c claim
-	err = tx.QueryRowContext(ctx, r.claimSQL, args...).Scan(&c.scopedKey, &c.outcome, &c.fence,
-		&c.attempt, &c.responseCode, &c.responseBody, &c.checkpointPhase, &c.checkpointData, &c.retryAfter,
-		&c.txid, new(string), new(string))
+	c, err := r.claim(ctx, tx, req, o.Tenant, o.Key, body)
 	if err != nil {
 		_ = tx.Rollback()
 		r.dbError(w, o, err)
@@ -153,7 +142,7 @@ func (r *route) serve(w http.ResponseWriter, req *http.Request, next http.Handle
 	}
 	if c.outcome != "claimed" {
 		_ = tx.Rollback()
-		r.unclaimed(w, o, &c)
+		r.unclaimed(w, o, c)
 		return
 	}
 	o.Name = "claimed"
@@ -163,11 +152,35 @@ func (r *route) serve(w http.ResponseWriter, req *http.Request, next http.Handle
 			r.dbError(w, o, err)
 			return
 		}
-		r.leased(w, req, next, body, o, &c)
+		r.leased(w, req, next, body, o, c)
 		return
 	}
 	h := &Tx{tx: tx, tenant: o.Tenant, key: o.Key}
-	r.inTransaction(w, req, next, body, h, o, &c)
+	r.inTransaction(w, req, next, body, h, o, c)
+}
+
+// claim runs `sql.claim` in tx.
+func (r *route) claim(ctx context.Context, tx *sql.Tx, req *http.Request, tenant, key string, body []byte) (*claim, error) {
+	var lease, ttl interface{}
+	if r.Lease != "" {
+		lease = r.Lease
+	}
+	if r.TTL != "" {
+		ttl = r.TTL
+	}
+	args := []interface{}{tenant, req.Method, r.Template, key, body, lease, ttl, r.statementMs, r.idleMs,
+		requestTarget(req)}
+	if r.Fields != nil { // $11 only where the statement names it: an unused one has no type
+		args = append(args, textArray(r.Fields))
+	}
+	var c claim
+	err := tx.QueryRowContext(ctx, r.claimSQL, args...).Scan(&c.scopedKey, &c.outcome, &c.fence,
+		&c.attempt, &c.responseCode, &c.responseBody, &c.checkpointPhase, &c.checkpointData, &c.retryAfter,
+		&c.txid, new(string), new(string))
+	if err != nil {
+		return nil, err
+	}
+	return &c, nil
 }
 
 // unclaimed answers a claim the database did not grant.

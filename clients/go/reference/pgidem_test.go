@@ -456,3 +456,69 @@ func TestTheTargetIsTheRequestLineNotTheRoutedPath(t *testing.T) {
 		t.Fatalf("another prefix, the same key: %+v", r)
 	}
 }
+
+// Bring your own transaction: Claim, the work, Complete, COMMIT, answer; WriteAnswer replays.
+func TestClaimAndCompleteInYourOwnTransaction(t *testing.T) {
+	db := open(t, dsn(t))
+	ix, err := pgidem.New(context.Background(), db, pgidem.Options{SingleTenant: "own-" + fresh()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := pgidem.Route{Template: "/own"}
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		tx, err := db.BeginTx(r.Context(), nil)
+		if err != nil {
+			pgidem.WriteError(w, err)
+			return
+		}
+		defer tx.Rollback()
+		claimed, err := ix.Claim(r.Context(), tx, route, r, "acme", body)
+		if err != nil {
+			pgidem.WriteError(w, err)
+			return
+		}
+		if claimed.Outcome != "claimed" {
+			claimed.WriteAnswer(w)
+			return
+		}
+		if _, err := tx.ExecContext(r.Context(), "INSERT INTO public.go_items VALUES ($1, $2)", claimed.ScopedKey, string(body)); err != nil {
+			pgidem.WriteError(w, err)
+			return
+		}
+		if r.URL.Query().Get("commit") != "" {
+			_, _ = tx.ExecContext(r.Context(), "COMMIT")
+		}
+		header := http.Header{"Content-Type": {"text/plain"}}
+		answer := []byte("made " + claimed.ScopedKey)
+		if err := ix.Complete(r.Context(), tx, claimed, 201, header, answer); err != nil {
+			pgidem.WriteError(w, err)
+			return
+		}
+		if err := tx.Commit(); err != nil {
+			pgidem.WriteError(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(201)
+		_, _ = w.Write(answer)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(handler))
+	defer srv.Close()
+	if _, err := db.Exec("CREATE TABLE IF NOT EXISTS public.go_items (item text, body text)"); err != nil {
+		t.Fatal(err)
+	}
+	key := fresh()
+	first := post(t, srv.URL+"/own", `{"a":1}`, key, "")
+	again := post(t, srv.URL+"/own", `{"a":1}`, key, "")
+	other := post(t, srv.URL+"/own", `{"a":2}`, key, "")
+	if first.status != 201 || again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" || other.status != 422 {
+		t.Fatalf("%+v\n%+v\n%+v", first, again, other)
+	}
+	if r := post(t, srv.URL+"/own", `{}`, "", ""); r.status != 400 || r.body != errorBody(t, "key_missing") {
+		t.Fatalf("no key: %+v", r)
+	}
+	if r := post(t, srv.URL+"/own?commit=1", `{}`, fresh(), ""); r.status != 500 || ix.Outcomes()["transaction_ended"] != 1 {
+		t.Fatalf("COMMIT as SQL: %+v %v", r, ix.Outcomes())
+	}
+}
