@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Go package's checks: go vet of both modules, the library's unit tests (every vector of its
+# The Go package's checks: go vet of both modules and gofmt, the library's unit tests (every vector of its
 # contract.json, and that the copy is the source's), and the reference module's tests over real
 # HTTP against a throwaway PostgreSQL with pg_idem (native edition; started here unless
 # PG_IDEM_HTTP_TEST_DSN names a database). Builds offline (clients/go/setup.sh first). Ends with
@@ -30,6 +30,8 @@ export GOPROXY=off GOSUMDB=off GOTOOLCHAIN=local
 rc=0
 failed=0
 (cd "$here" && go vet ./...) || { rc=1; failed=$((failed + 1)); }
+unformatted="$(gofmt -l "$here")"
+[ -z "$unformatted" ] || { echo "not gofmt-formatted: $unformatted"; rc=1; failed=$((failed + 1)); }
 (cd "$here" && go test -count=1 -v ./...) 2>&1 | tee "$out"
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 (cd "$here/reference" && GOFLAGS="-mod=mod -modfile=$here/reference/build/go.mod" go vet ./... &&
