@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -520,5 +522,44 @@ func TestClaimAndCompleteInYourOwnTransaction(t *testing.T) {
 	}
 	if r := post(t, srv.URL+"/own?commit=1", `{}`, fresh(), ""); r.status != 500 || ix.Outcomes()["transaction_ended"] != 1 {
 		t.Fatalf("COMMIT as SQL: %+v %v", r, ix.Outcomes())
+	}
+}
+
+// vectors.fingerprint_body against the server, with the statement text the package embeds: its
+// parameters ($2 method, $5 body, $10 target) renumbered, as no other parameter is sent.
+func TestTheBodyFingerprintMatchesTheVectors(t *testing.T) {
+	db := open(t, dsn(t))
+	var c struct {
+		SQL     map[string]string `json:"sql"`
+		Vectors struct {
+			FingerprintBody []struct {
+				Method, Target, Fingerprint string
+				BodyBase64                  string `json:"body_base64"`
+			} `json:"fingerprint_body"`
+		} `json:"vectors"`
+	}
+	if err := json.Unmarshal(pgidem.ContractJSON(), &c); err != nil {
+		t.Fatal(err)
+	}
+	renumber := map[string]string{"$2": "$1", "$5": "$2", "$10": "$3"}
+	expr := regexp.MustCompile(`\$\d+`).ReplaceAllStringFunc(c.SQL["fingerprint_body"], func(p string) string {
+		if n, ok := renumber[p]; ok {
+			return n
+		}
+		t.Fatalf("fingerprint_body names %s", p)
+		return p
+	})
+	if len(c.Vectors.FingerprintBody) == 0 {
+		t.Fatal("no vectors")
+	}
+	for _, v := range c.Vectors.FingerprintBody {
+		body, _ := base64.StdEncoding.DecodeString(v.BodyBase64)
+		var got string
+		if err := db.QueryRow("SELECT "+expr, v.Method, body, v.Target).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != v.Fingerprint {
+			t.Errorf("%s %s: %s, want %s", v.Method, v.Target, got, v.Fingerprint)
+		}
 	}
 }
