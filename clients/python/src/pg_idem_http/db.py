@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Optional, Tuple
 
 from .core import (
+    CONTRACT,
     LOCATE,
     Claim,
     Route,
@@ -39,7 +40,13 @@ __all__ = ["PgIdem", "AsyncPgIdem"]
 
 
 def _not_there(schema: str, exc: BaseException) -> SetupError:
-    # the schema option names a schema without pg_idem (or a database error hid it)
+    # 42883: no idem_version(), which pg_idem has had since 0.6.0 (CONTRACT.md); else the schema
+    # option names a schema without pg_idem, or a database error hid it
+    # (Django wraps the driver's error: its sqlstate is on the cause)
+    if "42883" in (getattr(exc, "sqlstate", None), getattr(exc.__cause__, "sqlstate", None)):
+        return SetupError(f"pg_idem in schema {schema} has no idem_version(): it is older than"
+                          f" {CONTRACT['min_pg_idem_version']}, which this package needs: ALTER"
+                          " EXTENSION pg_idem UPDATE (or install a newer SQL edition)")
     return SetupError(f"pg_idem's idem_version() cannot be called in schema {schema}: {exc}")
 
 
