@@ -128,10 +128,16 @@ func locate(ctx context.Context, db *sql.DB, option string) (string, error) {
 		}
 	}
 	var version string
+	min := contract.MinPgIdemVersion
 	if err = tx.QueryRowContext(ctx, statement("version", schema, false)).Scan(&version); err != nil {
+		var st sqlStater
+		if errors.As(err, &st) && st.SQLState() == "42883" { // undefined_function
+			return "", fmt.Errorf("pgidem: the pg_idem in schema %s has no idem_version(): it is older than %s, "+
+				"the minimum this package needs: ALTER EXTENSION pg_idem UPDATE (or install a newer SQL edition)", schema, min)
+		}
 		return "", fmt.Errorf("pgidem: pg_idem's version could not be read in schema %s: %w", schema, err)
 	}
-	if min := contract.MinPgIdemVersion; !versionAtLeast(version, min) {
+	if !versionAtLeast(version, min) {
 		return "", fmt.Errorf("pgidem: pg_idem %s is installed; this package needs %s or later: ALTER EXTENSION pg_idem UPDATE", version, min)
 	}
 	checked.Store(located{db, option}, schema)

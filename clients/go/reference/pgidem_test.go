@@ -162,6 +162,14 @@ func TestNewRefusesAnOldPgIdemNamingBothVersions(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "0.4.9") || !strings.Contains(err.Error(), min) {
 		t.Fatalf("an old version: %v", err)
 	}
+	// older still: no idem_version() at all (42883), and the message names the minimum
+	if _, err := db.Exec("DROP FUNCTION " + quoted + ".idem_version()"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pgidem.New(context.Background(), db, pgidem.Options{SingleTenant: "a", Schema: schema})
+	if err == nil || !strings.Contains(err.Error(), "idem_version()") || !strings.Contains(err.Error(), min) {
+		t.Fatalf("no idem_version(): %v", err)
+	}
 }
 
 func TestATenantIsRequiredBeforeAnyClaim(t *testing.T) {
