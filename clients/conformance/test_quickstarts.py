@@ -44,6 +44,10 @@ RUN = {
     "axum": ([str(ROOT / "target" / "debug" / "examples" / "quickstart")],
              "CREATE TABLE orders (id bigserial PRIMARY KEY, idem_key text, body text)",
              "/orders"),
+    # writes a go.mod (this checkout's module, Debian's lib/pq and chi: no Go proxy here), builds, runs
+    "nethttp": ([str(ROOT / "clients" / "go" / "run-quickstart.sh")],
+                "CREATE TABLE payments (id bigserial PRIMARY KEY, tenant text, amount bigint)",
+                "/payments"),
 }
 MARK = re.compile(r"<!-- quickstart: (\w+) ([\w./]+) -->\n```[^\n]*\n(.*?)```", re.S)
 
@@ -62,6 +66,11 @@ def test_every_quick_start_is_marked():
 
 def test_the_rust_quick_start_is_the_example_that_is_built():
     assert quickstarts()["axum"]["main.rs"] == (ROOT / "clients/rust/examples/quickstart.rs").read_text()
+
+
+def test_the_go_quick_start_is_the_example_that_is_built():
+    example = ROOT / "clients/go/reference/examples/quickstart/main.go"
+    assert quickstarts()["nethttp"]["main.go"] == example.read_text()
 
 
 @pytest.fixture

@@ -74,6 +74,8 @@ pg_bouncer_start() {
     mkdir -p "$dir"
     BOUNCER_PORT="$(pg_free_port)"
     echo '"postgres" ""' >"$dir/userlist.txt"
+    # ignore_startup_parameters: lib/pq (Go) and JDBC send extra_float_digits at startup, which
+    # PgBouncer refuses unless told to ignore it (the setting their users deploy with)
     printf '%s\n' \
         "[databases]" \
         "$dbname = host=127.0.0.1 port=$port dbname=$dbname" \
@@ -84,6 +86,7 @@ pg_bouncer_start() {
         "auth_type = trust" \
         "auth_file = $dir/userlist.txt" \
         "pool_mode = transaction" \
+        "ignore_startup_parameters = extra_float_digits" \
         "default_pool_size = $pool_size" \
         "max_client_conn = 400" \
         "ignore_startup_parameters = extra_float_digits" \
