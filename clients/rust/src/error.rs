@@ -49,12 +49,14 @@ impl IdemError {
         if name == "internal_error" || (name == "unavailable" && db.is_none()) {
             // tokio_postgres's Display says only "db error": name the SQLSTATE and the message
             match db {
-                Some(db) => eprintln!(
-                    "pg-idem-http: {name}: {} {}",
-                    db.code().code(),
+                Some(db) => tracing::error!(
+                    target: "pg_idem_http",
+                    error = name,
+                    sqlstate = db.code().code(),
+                    "{}",
                     db.message()
                 ),
-                None => eprintln!("pg-idem-http: {name}: {err}"),
+                None => tracing::error!(target: "pg_idem_http", error = name, "{err}"),
             }
         }
         match (name, db) {
@@ -64,6 +66,22 @@ impl IdemError {
             },
             _ => Self::new(name),
         }
+    }
+
+    /// A connection the pool could not give: its database error, or `unavailable` (timed out).
+    pub fn from_pool(err: deadpool_postgres::PoolError) -> Self {
+        match err {
+            deadpool_postgres::PoolError::Backend(err) => Self::from_db(&err),
+            other => {
+                tracing::error!(target: "pg_idem_http", error = "unavailable", "{other}");
+                Self::new("unavailable")
+            }
+        }
+    }
+
+    /// Whether the database (or the pool) caused it, rather than the request.
+    pub(crate) fn is_database(&self) -> bool {
+        matches!(self.name, "unavailable" | "internal_error" | "forbidden")
     }
 
     /// Sets the `Retry-After` seconds (for errors whose contract entry has `retry_after`).
@@ -99,6 +117,12 @@ impl fmt::Display for IdemError {
 }
 
 impl std::error::Error for IdemError {}
+
+impl From<deadpool_postgres::PoolError> for IdemError {
+    fn from(err: deadpool_postgres::PoolError) -> Self {
+        Self::from_pool(err)
+    }
+}
 
 impl IntoResponse for IdemError {
     fn into_response(self) -> Response {

@@ -23,13 +23,18 @@ pub mod core;
 mod error;
 mod layer;
 mod lease;
+mod outcome;
 mod pool;
 mod route;
 
 pub use crate::error::{json_response, IdemError};
-pub use crate::layer::{Idem, IdemLayer, IdemService};
+pub use crate::layer::{Idem, IdemLayer, IdemLayerBuilder, IdemService};
 pub use crate::lease::{Lease, LeaseTx};
-pub use crate::pool::{Pool, PooledClient};
+pub use crate::outcome::Outcomes;
+pub use crate::pool::{Pool, StartError, Statements};
+pub use crate::route::{Claim, Scope};
+/// The driver and pool this crate runs on, for the application's own transactions.
+pub use {deadpool_postgres, tokio_postgres};
 
 #[cfg(test)]
 mod tests;
