@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The crate's unit tests (the contract's vectors, and that contract.json is the source's copy),
 # tests/database.rs against a throwaway server with pg_idem's SQL edition (started here unless
-# PG_IDEM_HTTP_TEST_DSN names a database), and clippy with warnings as errors. Prints cargo's own summaries, then one closing line
+# PG_IDEM_HTTP_TEST_DSN names a database), clippy with warnings as errors, the tls-rustls feature
+# compiled, and the published form: `cargo package`, then the .crate unpacked in a temporary
+# directory and built there offline (from the registry cache, into the workspace's target dir,
+# so only the crate itself compiles). Prints cargo's own summaries, then one closing line
 # "N passed, N failed, N skipped" (what clients/test.sh adds up); exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,6 +30,19 @@ cargo test -p pg-idem-http 2>&1 | tee "$out"
 # test result: ok. 11 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; ...
 read -r passed failed ignored < <(awk '/^test result:/ {p += $4; f += $6; i += $8} END {print p+0, f+0, i+0}' "$out")
 cargo clippy -q -p pg-idem-http --all-targets -- -D warnings || { rc=1; failed=$((failed + 1)); }
+cargo check -q -p pg-idem-http --features tls-rustls || { rc=1; failed=$((failed + 1)); }
+# the package as crates.io would get it: its file list, and that it builds from those files alone
+unpacked="$(mktemp -d /tmp/pg_idem_http_crate.XXXXXX)"
+# --allow-dirty: the test command runs on work not yet committed; what is checked is the files
+# the package holds and that they build, not git state
+if cargo package -q -p pg-idem-http --no-verify --allow-dirty &&
+    tar -xzf target/package/pg-idem-http-*.crate -C "$unpacked" &&
+    (cd "$unpacked"/pg-idem-http-* && CARGO_TARGET_DIR="$OLDPWD/target" cargo build -q --offline --bins); then
+    passed=$((passed + 1))
+else
+    rc=1; failed=$((failed + 1))
+fi
+rm -rf "$unpacked"
 [ "$rc" = 0 ] || [ "$failed" -gt 0 ] || failed=1   # a build failure runs no test at all
 echo "$passed passed, $failed failed, $ignored skipped"
 exit "$rc"

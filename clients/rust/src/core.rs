@@ -136,6 +136,9 @@ pub fn replay(response_body: Option<&str>) -> Result<Replay, UnreadableEnvelope>
 
 fn decode_envelope(obj: &Map<String, Value>) -> Option<Replay> {
     let version = obj.get("http")?.as_i64()?;
+    if !(1..=2).contains(&version) {
+        return None;
+    }
     let mut headers = Vec::new();
     for (name, value) in obj.get("headers")?.as_object()? {
         let values = match (version, value) {
@@ -279,4 +282,14 @@ pub(crate) fn static_name(name: &str) -> &'static str {
         .get_key_value(name)
         .map(|(k, _)| k.as_str())
         .unwrap_or("internal_error")
+}
+
+/// The contract's outcome names as `'static` strings.
+#[cfg(test)]
+pub(crate) fn static_outcome(name: &str) -> &'static str {
+    contract()
+        .outcomes
+        .iter()
+        .find(|n| *n == name)
+        .map_or("database_error", String::as_str)
 }

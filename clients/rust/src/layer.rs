@@ -314,6 +314,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Idem {
     }
 }
 
+// axum's idiom: a handler's error is the Response to send
+#[allow(clippy::result_large_err)]
 impl IdemLayer {
     /// The pool this route uses (its outcome counters: `layer.pool().outcomes()`).
     pub fn pool(&self) -> &Pool {

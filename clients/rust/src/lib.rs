@@ -14,7 +14,8 @@
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let pool = Pool::from_dsn("postgresql://app@127.0.0.1/app")?;
-//! let app: Router = Router::new().route("/things", post(create).layer(IdemLayer::new(pool)));
+//! let layer = IdemLayer::builder(pool).single_tenant("acme").build().await?;
+//! let app: Router = Router::new().route("/things", post(create).layer(layer));
 //! # Ok(()) }
 //! ```
 
