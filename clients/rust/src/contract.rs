@@ -97,4 +97,3 @@ pub fn contract() -> &'static Contract {
         serde_json::from_str(CONTRACT_JSON).expect("embedded contract.json is malformed")
     })
 }
-

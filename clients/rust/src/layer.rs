@@ -328,7 +328,10 @@ impl IdemLayer {
 
     pub(crate) fn statements(&self) -> Result<&Statements, IdemError> {
         // build() located them; a layer is never made without
-        self.cfg.pool.statements_now().ok_or_else(IdemError::internal)
+        self.cfg
+            .pool
+            .statements_now()
+            .ok_or_else(IdemError::internal)
     }
 
     /// The request's tenant, key, scope and normalised target, or the answer that refuses it
@@ -336,7 +339,9 @@ impl IdemLayer {
     pub fn scope(&self, parts: &Parts, body: Bytes) -> Result<Scope, Response> {
         let cfg = &self.cfg;
         let reject = |response: Response| {
-            cfg.pool.outcomes().record("rejected", "refused before any claim");
+            cfg.pool
+                .outcomes()
+                .record("rejected", "refused before any claim");
             response
         };
         let tenant = match (&cfg.tenant, &cfg.single_tenant) {
@@ -361,7 +366,12 @@ impl IdemLayer {
         if key.is_none() && cfg.key_required {
             return Err(reject(cfg.error(IdemError::new("key_missing"))));
         }
-        let method = cfg.method.as_ref().unwrap_or(&parts.method).as_str().to_owned();
+        let method = cfg
+            .method
+            .as_ref()
+            .unwrap_or(&parts.method)
+            .as_str()
+            .to_owned();
         let route = match (&cfg.route, parts.extensions.get::<MatchedPath>()) {
             (Some(route), _) => route.clone(),
             (None, Some(matched)) => matched.as_str().to_owned(),
@@ -407,7 +417,11 @@ impl IdemLayer {
                 Ok(claim)
             }
             Err(err) => {
-                let outcome = if err.is_database() { "database_error" } else { "rejected" };
+                let outcome = if err.is_database() {
+                    "database_error"
+                } else {
+                    "rejected"
+                };
                 outcomes.record(outcome, err.message());
                 Err(cfg.error(err))
             }
@@ -450,7 +464,10 @@ impl IdemLayer {
         let outcomes = cfg.pool.outcomes();
         if !is_final(parts.status.as_u16()) || parts.extensions.get::<ErrorMarker>().is_some() {
             outcomes.record("rolled_back", "a status a retry may change");
-            return Err(cfg.finish(Response::from_parts(parts.clone(), Body::from(body.clone()))));
+            return Err(cfg.finish(Response::from_parts(
+                parts.clone(),
+                Body::from(body.clone()),
+            )));
         }
         let statements = self.statements().map_err(|e| cfg.error(e))?;
         let Some(fence) = claim.fence else {
@@ -458,7 +475,15 @@ impl IdemLayer {
             return Err(cfg.error(IdemError::internal()));
         };
         let stored = store(
-            cfg, statements, tx, &scope.tenant, &claim.scoped_key, fence, claim.txid, parts, body,
+            cfg,
+            statements,
+            tx,
+            &scope.tenant,
+            &claim.scoped_key,
+            fence,
+            claim.txid,
+            parts,
+            body,
         )
         .await;
         match stored {
@@ -469,7 +494,11 @@ impl IdemLayer {
             }
             Err(err) => {
                 let err = IdemError::from_db(&err);
-                let outcome = if err.name() == "lease_lost" { "lease_lost" } else { "database_error" };
+                let outcome = if err.name() == "lease_lost" {
+                    "lease_lost"
+                } else {
+                    "database_error"
+                };
                 outcomes.record(outcome, err.message());
                 Err(cfg.error(err))
             }
@@ -597,7 +626,10 @@ where
             Err(err) => cfg.error(IdemError::from_db(&err)),
         };
     };
-    if let Err(response) = layer.store_response(&**conn, scope, claim, &parts, &body).await {
+    if let Err(response) = layer
+        .store_response(&**conn, scope, claim, &parts, &body)
+        .await
+    {
         // the session may be in an aborted transaction or gone: a failed ROLLBACK closes it
         let _ = conn.run("ROLLBACK").await;
         return response;

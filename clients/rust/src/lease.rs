@@ -100,18 +100,14 @@ impl Lease {
             (&phase, Type::TEXT),
             (&data, Type::TEXT),
         ];
-        self.short(|s| &s.checkpoint, &params)
-            .await
-            .map(drop)
+        self.short(|s| &s.checkpoint, &params).await.map(drop)
     }
 
     /// Extends the lease (by `lease`, else by the route's lease) under the fence.
     pub async fn heartbeat(&self, lease: Option<&str>) -> Result<(), IdemError> {
         let (lease, fence) = (lease.map(str::to_owned), self.inner.fence);
         let params: [(&(dyn ToSql + Sync), Type); 2] = [(&fence, Type::INT8), (&lease, Type::TEXT)];
-        self.short(|s| &s.heartbeat, &params)
-            .await
-            .map(drop)
+        self.short(|s| &s.heartbeat, &params).await.map(drop)
     }
 
     /// Opens the completion transaction (once; later calls return the same one) after checking
@@ -252,8 +248,14 @@ where
         }
     };
     // a lease-mode claim has no transaction to guard: its claim was committed already
-    let claim = Claim { txid: None, ..claim };
-    if let Err(response) = layer.store_response(&**conn, &scope, &claim, &parts, &body).await {
+    let claim = Claim {
+        txid: None,
+        ..claim
+    };
+    if let Err(response) = layer
+        .store_response(&**conn, &scope, &claim, &parts, &body)
+        .await
+    {
         let _ = conn.run("ROLLBACK").await;
         return abandon(&lease, response).await;
     }
@@ -264,7 +266,14 @@ where
         }
         Err(err) => {
             let err = IdemError::from_db(&err);
-            outcomes.record(if err.name() == "lease_lost" { "lease_lost" } else { "database_error" }, err.message());
+            outcomes.record(
+                if err.name() == "lease_lost" {
+                    "lease_lost"
+                } else {
+                    "database_error"
+                },
+                err.message(),
+            );
             abandon(&lease, cfg.error(err)).await
         }
     }

@@ -92,7 +92,11 @@ impl Pool {
     /// 5 seconds (connect and wait for a free connection), not a request that hangs.
     pub fn new<T>(mut config: Config, tls: T, max_size: usize) -> Result<Self, StartError>
     where
-        T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket> + Clone + Sync + Send + 'static,
+        T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>
+            + Clone
+            + Sync
+            + Send
+            + 'static,
         T::Stream: Sync + Send,
         T::TlsConnect: Sync + Send,
         <T::TlsConnect as tokio_postgres::tls::TlsConnect<tokio_postgres::Socket>>::Future: Send,
@@ -125,7 +129,11 @@ impl Pool {
     #[cfg(feature = "tls-rustls")]
     pub fn from_dsn_rustls(dsn: &str, tls: rustls::ClientConfig) -> Result<Self, StartError> {
         let config = Config::from_str(dsn).map_err(|e| StartError(format!("the DSN: {e}")))?;
-        Self::new(config, tokio_postgres_rustls::MakeRustlsConnect::new(tls), 16)
+        Self::new(
+            config,
+            tokio_postgres_rustls::MakeRustlsConnect::new(tls),
+            16,
+        )
     }
 
     /// A rustls configuration trusting the Web PKI's roots (what managed services present).
@@ -246,12 +254,19 @@ struct Transaction {
 
 impl Transaction {
     async fn begin(client: Object) -> Result<Self, StartError> {
-        client.batch_execute("BEGIN").await.map_err(startup_db_error)?;
+        client
+            .batch_execute("BEGIN")
+            .await
+            .map_err(startup_db_error)?;
         Ok(Transaction { client })
     }
 
     async fn one(&self, sql: &str) -> Result<String, StartError> {
-        let rows = self.client.query_typed(sql, &[]).await.map_err(startup_db_error)?;
+        let rows = self
+            .client
+            .query_typed(sql, &[])
+            .await
+            .map_err(startup_db_error)?;
         rows.first()
             .ok_or_else(|| StartError(format!("no row from {sql}")))?
             .try_get(0)
@@ -259,7 +274,10 @@ impl Transaction {
     }
 
     async fn end(self) -> Result<(), StartError> {
-        self.client.batch_execute("COMMIT").await.map_err(startup_db_error)
+        self.client
+            .batch_execute("COMMIT")
+            .await
+            .map_err(startup_db_error)
     }
 }
 

@@ -130,7 +130,10 @@ pub(crate) async fn claim(
         (&cfg.ttl, Type::TEXT),
         (&statement_timeout, Type::TEXT),
         (&idle_timeout, Type::TEXT),
-        (cfg.fields.as_ref().map_or(&no_fields, |_| &cfg.fields), Type::TEXT_ARRAY),
+        (
+            cfg.fields.as_ref().map_or(&no_fields, |_| &cfg.fields),
+            Type::TEXT_ARRAY,
+        ),
         (&s.target, Type::TEXT),
     ];
     let sql = if cfg.fields.is_some() {

@@ -77,7 +77,14 @@ fn every_outcome_is_counted_under_its_name() {
     outcomes.record("stored", "test");
     let counts = outcomes.counts();
     let names: Vec<&str> = counts.iter().map(|(n, _)| *n).collect();
-    assert_eq!(names, contract().outcomes.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(
+        names,
+        contract()
+            .outcomes
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+    );
     for (name, count) in counts {
         assert_eq!(count, if name == "stored" { 2 } else { 1 }, "{name}");
     }
@@ -131,14 +138,20 @@ fn replay_vectors() {
         let stored = replay(v["response_body"].as_str()).unwrap();
         let want: Vec<(String, String)> = serde_json::from_value(v["headers"].clone()).unwrap();
         assert_eq!(stored.headers, want, "{}", v["about"]);
-        assert_eq!(stored.body, BASE64.decode(v["body_base64"].as_str().unwrap()).unwrap());
+        assert_eq!(
+            stored.body,
+            BASE64.decode(v["body_base64"].as_str().unwrap()).unwrap()
+        );
     }
 }
 
 #[test]
 fn an_envelope_of_an_unknown_http_version_does_not_replay() {
     assert!(replay(Some(r#"{"http": 3, "headers": {}, "body": "x"}"#)).is_err());
-    assert!(replay(Some(r#"{"http": 2, "headers": {"etag": "one"}, "body": "x"}"#)).is_err());
+    assert!(replay(Some(
+        r#"{"http": 2, "headers": {"etag": "one"}, "body": "x"}"#
+    ))
+    .is_err());
 }
 
 #[test]
@@ -233,7 +246,10 @@ async fn errors_render_per_the_contract() {
 fn configuration_the_contract_forbids_is_refused() {
     let pool = || Pool::from_dsn("postgresql://nobody@127.0.0.1:1/none").unwrap();
     let no_tenant = IdemLayer::builder(pool()).check().unwrap_err();
-    assert!(no_tenant.to_string().contains("single_tenant"), "{no_tenant}");
+    assert!(
+        no_tenant.to_string().contains("single_tenant"),
+        "{no_tenant}"
+    );
     let both = IdemLayer::builder(pool())
         .tenant(|_| None)
         .single_tenant("acme")

@@ -27,7 +27,10 @@ fn dsn() -> String {
 }
 
 fn unique(name: &str) -> String {
-    let run = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    let run = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
     format!("{name}-{run}")
 }
 
@@ -77,9 +80,16 @@ async fn post_to(base: &str, target: &str, headers: &[(&str, &str)], body: &str)
 async fn in_tx(idem: Idem) -> Result<String, IdemError> {
     // the handler's statements run in the layer's transaction
     let row = idem
-        .query_typed("SELECT pg_catalog.now() = pg_catalog.statement_timestamp()", &[])
+        .query_typed(
+            "SELECT pg_catalog.now() = pg_catalog.statement_timestamp()",
+            &[],
+        )
         .await?;
-    Ok(format!("key={:?} same_tx={}", idem.key(), !row[0].get::<_, bool>(0)))
+    Ok(format!(
+        "key={:?} same_tx={}",
+        idem.key(),
+        !row[0].get::<_, bool>(0)
+    ))
 }
 
 async fn with_headers(body: String) -> Response {
@@ -109,7 +119,10 @@ async fn leased(lease: Lease, body: String) -> Result<(StatusCode, String), Idem
     if body == "transient" {
         return Ok((StatusCode::SERVICE_UNAVAILABLE, "later".into()));
     }
-    Ok((StatusCode::CREATED, format!("attempt={} resumed={resumed:?}", lease.attempt())))
+    Ok((
+        StatusCode::CREATED,
+        format!("attempt={} resumed={resumed:?}", lease.attempt()),
+    ))
 }
 
 async fn panics(_idem: Idem) -> &'static str {
@@ -125,12 +138,24 @@ async fn the_layer_through_http() {
     let pool = Pool::from_dsn(&dsn()).unwrap();
     let layer = || IdemLayer::builder(pool.clone()).tenant(tenant);
     let app = Router::new()
-        .route("/opt", post(in_tx).layer(layer().optional_key().build().await.unwrap()))
+        .route(
+            "/opt",
+            post(in_tx).layer(layer().optional_key().build().await.unwrap()),
+        )
         .route(
             "/fields",
-            post(in_tx).layer(layer().fingerprint_fields(["amount"]).build().await.unwrap()),
+            post(in_tx).layer(
+                layer()
+                    .fingerprint_fields(["amount"])
+                    .build()
+                    .await
+                    .unwrap(),
+            ),
         )
-        .route("/orders/{id}", post(in_tx).layer(layer().build().await.unwrap()))
+        .route(
+            "/orders/{id}",
+            post(in_tx).layer(layer().build().await.unwrap()),
+        )
         .route(
             "/headers",
             post(with_headers).layer(
@@ -142,7 +167,10 @@ async fn the_layer_through_http() {
             ),
         )
         .route("/ends", post(ends_tx).layer(layer().build().await.unwrap()))
-        .route("/lease", post(leased).layer(layer().lease("5 seconds").build().await.unwrap()))
+        .route(
+            "/lease",
+            post(leased).layer(layer().lease("5 seconds").build().await.unwrap()),
+        )
         .route("/panic", post(panics).layer(layer().build().await.unwrap()));
     let base = serve(app).await;
     let t = ("x-tenant", "t1");
@@ -151,41 +179,96 @@ async fn the_layer_through_http() {
     // tenant required: a hook answering None is 400 tenant_missing before any claim
     let k = unique("tenant");
     let a = post_to(&base, "/orders/1", &[("idempotency-key", &k)], "").await;
-    assert_eq!((a.status, a.error()), (StatusCode::BAD_REQUEST, "tenant_missing"), "{}", a.body);
-    let a = post_to(&base, "/orders/1", &[("idempotency-key", &k), ("x-tenant", "")], "").await;
+    assert_eq!(
+        (a.status, a.error()),
+        (StatusCode::BAD_REQUEST, "tenant_missing"),
+        "{}",
+        a.body
+    );
+    let a = post_to(
+        &base,
+        "/orders/1",
+        &[("idempotency-key", &k), ("x-tenant", "")],
+        "",
+    )
+    .await;
     assert_eq!(a.error(), "tenant_missing");
     let a = post_to(&base, "/orders/1", &[t], "").await;
     assert_eq!(a.error(), "key_missing");
-    let a = post_to(&base, "/orders/1", &[t, ("idempotency-key", "with space")], "").await;
+    let a = post_to(
+        &base,
+        "/orders/1",
+        &[t, ("idempotency-key", "with space")],
+        "",
+    )
+    .await;
     assert_eq!(a.error(), "key_invalid");
 
     // optional key: a plain transaction; with a key, stored and replayed
     let a = post_to(&base, "/opt", &[t], "").await;
-    assert_eq!((a.status, a.replayed(), a.body.as_str()), (StatusCode::OK, false, "key=None same_tx=true"));
+    assert_eq!(
+        (a.status, a.replayed(), a.body.as_str()),
+        (StatusCode::OK, false, "key=None same_tx=true")
+    );
     let k = unique("opt");
     let first = post_to(&base, "/opt", &[t, ("idempotency-key", &k)], "").await;
     let again = post_to(&base, "/opt", &[t, ("idempotency-key", &k)], "").await;
-    assert_eq!((again.status, again.replayed(), &again.body), (first.status, true, &first.body));
+    assert_eq!(
+        (again.status, again.replayed(), &again.body),
+        (first.status, true, &first.body)
+    );
 
     // the target is part of the request: another resource or query string is a mismatch, an
     // escape of an unreserved character is the same target
     let k = unique("target");
     let h = [t, ("idempotency-key", k.as_str())];
-    assert_eq!(post_to(&base, "/orders/7?x=1", &h, "{}").await.status, StatusCode::OK);
+    assert_eq!(
+        post_to(&base, "/orders/7?x=1", &h, "{}").await.status,
+        StatusCode::OK
+    );
     assert!(post_to(&base, "/orders/7?x=%31", &h, "{}").await.replayed());
-    assert_eq!(post_to(&base, "/orders/8?x=1", &h, "{}").await.error(), "mismatch");
-    assert_eq!(post_to(&base, "/orders/7?x=2", &h, "{}").await.error(), "mismatch");
-    assert_eq!(post_to(&base, "/orders/7", &h, "{}").await.error(), "mismatch");
+    assert_eq!(
+        post_to(&base, "/orders/8?x=1", &h, "{}").await.error(),
+        "mismatch"
+    );
+    assert_eq!(
+        post_to(&base, "/orders/7?x=2", &h, "{}").await.error(),
+        "mismatch"
+    );
+    assert_eq!(
+        post_to(&base, "/orders/7", &h, "{}").await.error(),
+        "mismatch"
+    );
     // another tenant is another namespace
-    let other = post_to(&base, "/orders/8?x=1", &[("x-tenant", "t2"), ("idempotency-key", &k)], "{}").await;
+    let other = post_to(
+        &base,
+        "/orders/8?x=1",
+        &[("x-tenant", "t2"), ("idempotency-key", &k)],
+        "{}",
+    )
+    .await;
     assert_eq!((other.status, other.replayed()), (StatusCode::OK, false));
 
     // fields mode: the listed fields decide, not the bytes
     let k = unique("fields");
     let h = [t, ("idempotency-key", k.as_str())];
-    assert_eq!(post_to(&base, "/fields", &h, r#"{"amount":1,"x":2}"#).await.status, StatusCode::OK);
-    assert!(post_to(&base, "/fields", &h, r#"{ "x": 3, "amount": 1.0 }"#).await.replayed());
-    assert_eq!(post_to(&base, "/fields", &h, r#"{"amount":2}"#).await.error(), "mismatch");
+    assert_eq!(
+        post_to(&base, "/fields", &h, r#"{"amount":1,"x":2}"#)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert!(
+        post_to(&base, "/fields", &h, r#"{ "x": 3, "amount": 1.0 }"#)
+            .await
+            .replayed()
+    );
+    assert_eq!(
+        post_to(&base, "/fields", &h, r#"{"amount":2}"#)
+            .await
+            .error(),
+        "mismatch"
+    );
 
     // headers: every Link value in order, never Set-Cookie, nothing outside the allow-list
     let k = unique("headers");
@@ -198,14 +281,20 @@ async fn the_layer_through_http() {
     assert_eq!(links, ["</a>", "</b>"]);
     assert!(!replay.headers.contains_key("set-cookie"));
     assert!(!replay.headers.contains_key("x-request-id"));
-    assert_eq!((replay.status, replay.body.as_str()), (StatusCode::CREATED, "hi"));
+    assert_eq!(
+        (replay.status, replay.body.as_str()),
+        (StatusCode::CREATED, "hi")
+    );
 
     // the handle cannot end the transaction: its API refuses, raw SQL is detected
     for how in ["api", "api-rollback"] {
         let k = unique(how);
         let h = [t, ("idempotency-key", k.as_str())];
         let a = post_to(&base, "/ends", &h, how).await;
-        assert_eq!((a.status, a.error()), (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"));
+        assert_eq!(
+            (a.status, a.error()),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal_error")
+        );
         // rolled back: the retry runs again (and is refused again)
         assert!(!post_to(&base, "/ends", &h, how).await.replayed());
     }
@@ -214,20 +303,30 @@ async fn the_layer_through_http() {
         let k = unique(sql);
         let h = [t, ("idempotency-key", k.as_str())];
         let a = post_to(&base, "/ends", &h, sql).await;
-        assert_eq!((a.status, a.error()), (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"), "{sql}");
+        assert_eq!(
+            (a.status, a.error()),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
+            "{sql}"
+        );
     }
     assert_eq!(pool.outcomes().get("transaction_ended"), ended + 2);
     // COMMIT made the claim durable without a response: the key stays in progress
     let k = unique("COMMIT");
     let h = [t, ("idempotency-key", k.as_str())];
     post_to(&base, "/ends", &h, "COMMIT").await;
-    assert_eq!(post_to(&base, "/ends", &h, "COMMIT").await.error(), "in_progress");
+    assert_eq!(
+        post_to(&base, "/ends", &h, "COMMIT").await.error(),
+        "in_progress"
+    );
 
     // lease mode: checkpoint and heartbeats under the fence, then a stored, replayed answer
     let k = unique("lease");
     let h = [t, ("idempotency-key", k.as_str())];
     let first = post_to(&base, "/lease", &h, "ok").await;
-    assert_eq!((first.status, first.body.as_str()), (StatusCode::CREATED, "attempt=1 resumed=None"));
+    assert_eq!(
+        (first.status, first.body.as_str()),
+        (StatusCode::CREATED, "attempt=1 resumed=None")
+    );
     assert!(post_to(&base, "/lease", &h, "ok").await.replayed());
     // a non-final status releases the key: the retry is claimed at once, not 409
     let k = unique("lease-transient");
@@ -240,7 +339,10 @@ async fn the_layer_through_http() {
     let k = unique("panic");
     for _ in 0..2 {
         let a = post_to(&base, "/panic", &[t, ("idempotency-key", &k)], "").await;
-        assert_eq!((a.status, a.error()), (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"));
+        assert_eq!(
+            (a.status, a.error()),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal_error")
+        );
     }
 
     // every outcome was counted
@@ -256,11 +358,18 @@ async fn pg_idem_is_located_and_checked_once_per_pool() {
     let pool = Pool::from_dsn(&dsn()).unwrap();
     let schema = pool.statements().await.unwrap().schema.clone();
     // the schema option, given right: no locate needed
-    let given = Pool::from_dsn(&dsn()).unwrap().schema(schema.trim_matches('"'));
+    let given = Pool::from_dsn(&dsn())
+        .unwrap()
+        .schema(schema.trim_matches('"'));
     assert_eq!(given.statements().await.unwrap().schema, schema);
     // given wrong: the version check cannot find pg_idem there, and the layer refuses to build
     let wrong = Pool::from_dsn(&dsn()).unwrap().schema("no_such_schema");
-    let err = IdemLayer::builder(wrong).single_tenant("acme").build().await.err().unwrap();
+    let err = IdemLayer::builder(wrong)
+        .single_tenant("acme")
+        .build()
+        .await
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("no_such_schema"), "{err}");
 }
 
@@ -278,39 +387,116 @@ async fn recipe_handler(State(app): State<Recipe>, req: Request) -> Result<Respo
         .await
         .map_err(|_| StatusCode::PAYLOAD_TOO_LARGE.into_response())?;
     let scope = app.idem.scope(&parts, body)?;
-    let mut client = app.pool.deadpool().get().await.map_err(|e| IdemError::from(e).into_response())?;
-    let tx = client.transaction().await.map_err(|e| IdemError::from(e).into_response())?;
+    let mut client = app
+        .pool
+        .deadpool()
+        .get()
+        .await
+        .map_err(|e| IdemError::from(e).into_response())?;
+    let tx = client
+        .transaction()
+        .await
+        .map_err(|e| IdemError::from(e).into_response())?;
     let claim = app.idem.claim(&*tx, &scope).await?;
     if !claim.is_claimed() {
         return Ok(app.idem.answer(&claim)); // dropping tx rolls back
     }
     let n: i64 = tx
-        .query_typed("SELECT $1::int8 * 2", &[(&(scope.body.len() as i64), Type::INT8)])
+        .query_typed(
+            "SELECT $1::int8 * 2",
+            &[(&(scope.body.len() as i64), Type::INT8)],
+        )
         .await
         .map_err(|e| IdemError::from(e).into_response())?[0]
         .get(0);
     let response = (StatusCode::CREATED, format!("doubled {n}")).into_response();
     let (response, body) = response.into_parts();
     let body = body.collect().await.unwrap().to_bytes();
-    app.idem.complete(&*tx, &scope, &claim, &response, &body).await?;
-    tx.commit().await.map_err(|e| IdemError::from(e).into_response())?;
+    app.idem
+        .complete(&*tx, &scope, &claim, &response, &body)
+        .await?;
+    tx.commit()
+        .await
+        .map_err(|e| IdemError::from(e).into_response())?;
     Ok(Response::from_parts(response, Body::from(body)))
 }
 
 #[tokio::test]
 async fn the_bring_your_own_transaction_recipe() {
     let pool = Pool::from_dsn(&dsn()).unwrap();
-    let idem = IdemLayer::builder(pool.clone()).single_tenant("recipe").build().await.unwrap();
+    let idem = IdemLayer::builder(pool.clone())
+        .single_tenant("recipe")
+        .build()
+        .await
+        .unwrap();
     let app = Router::new()
         .route("/r/{id}", post(recipe_handler))
-        .with_state(Recipe { pool: pool.clone(), idem });
+        .with_state(Recipe {
+            pool: pool.clone(),
+            idem,
+        });
     let base = serve(app).await;
     let k = unique("recipe");
     let h = [("idempotency-key", k.as_str())];
     let first = post_to(&base, "/r/1", &h, "abc").await;
-    assert_eq!((first.status, first.body.as_str()), (StatusCode::CREATED, "doubled 6"));
+    assert_eq!(
+        (first.status, first.body.as_str()),
+        (StatusCode::CREATED, "doubled 6")
+    );
     let again = post_to(&base, "/r/1", &h, "abc").await;
-    assert_eq!((again.status, again.replayed(), again.body.as_str()), (StatusCode::CREATED, true, "doubled 6"));
+    assert_eq!(
+        (again.status, again.replayed(), again.body.as_str()),
+        (StatusCode::CREATED, true, "doubled 6")
+    );
     assert_eq!(post_to(&base, "/r/2", &h, "abc").await.error(), "mismatch");
     assert_eq!(pool.outcomes().get("stored"), 1);
+}
+
+/// In a database of its own: without pg_idem the layer refuses to build; with an `idem_*`
+/// function of another role in pg_idem's schema it refuses and names the function.
+#[tokio::test]
+async fn a_missing_or_shadowed_pg_idem_refuses_to_build() {
+    let admin = Pool::from_dsn(&dsn()).unwrap();
+    let admin = admin.deadpool().get().await.unwrap();
+    let name = unique("idem_http_empty").replace('-', "_");
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let mut config: pg_idem_http::tokio_postgres::Config = dsn().parse().unwrap();
+    config.dbname(&name);
+    let build = || async {
+        let pool = Pool::new(config.clone(), pg_idem_http::tokio_postgres::NoTls, 2).unwrap();
+        let built = IdemLayer::builder(pool).single_tenant("acme").build().await;
+        built.err().expect("refused").to_string()
+    };
+    let missing = build().await;
+    assert!(missing.contains("not installed"), "{missing}");
+
+    // the SQL edition's layout (schema idem, functions in public) with a look-alike of another role
+    let (client, connection) = config
+        .connect(pg_idem_http::tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA idem; CREATE ROLE {name}_r; GRANT CREATE ON SCHEMA public TO {name}_r;
+             SET ROLE {name}_r; CREATE FUNCTION public.idem_claim(int) RETURNS int LANGUAGE sql AS 'SELECT 1'; RESET ROLE"
+        ))
+        .await
+        .unwrap();
+    let shadowed = build().await;
+    assert!(shadowed.contains("idem_claim(integer)"), "{shadowed}");
+    client
+        .batch_execute(&format!("DROP OWNED BY {name}_r"))
+        .await
+        .unwrap();
+    drop(client);
+    for cleanup in [
+        format!("DROP DATABASE {name} WITH (FORCE)"),
+        format!("DROP ROLE {name}_r"),
+    ] {
+        admin.batch_execute(&cleanup).await.unwrap();
+    }
 }

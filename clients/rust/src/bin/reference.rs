@@ -91,7 +91,11 @@ async fn serve(dsn: &str, port: u16) -> Result<(), Box<dyn std::error::Error>> {
         .tenant(tenant)
         .stored_headers(r.stored_headers.iter().cloned())
         .timeouts_ms(r.statement_timeout_ms, r.idle_in_transaction_timeout_ms);
-    let payouts = payments.clone().lease(r.payout_lease.as_str()).build().await?;
+    let payouts = payments
+        .clone()
+        .lease(r.payout_lease.as_str())
+        .build()
+        .await?;
     let payments = payments.build().await?;
     let app = Router::new()
         .route("/payments", post(payment).layer(payments.clone()))
@@ -262,11 +266,17 @@ async fn pay(
     let mut response = created(format!("/payments/{id}"), content_type, body);
     let headers = response.headers_mut();
     if order.set_cookie {
-        headers.append(header::SET_COOKIE, HeaderValue::from_str(&r.cookie).expect("contract cookie"));
+        headers.append(
+            header::SET_COOKIE,
+            HeaderValue::from_str(&r.cookie).expect("contract cookie"),
+        );
     }
     if order.links {
         for link in &r.links {
-            headers.append(header::LINK, HeaderValue::from_str(link).expect("contract link"));
+            headers.append(
+                header::LINK,
+                HeaderValue::from_str(link).expect("contract link"),
+            );
         }
     }
     Ok(response)
