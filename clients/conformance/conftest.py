@@ -117,3 +117,9 @@ def target(request, running_apps):
 def db(target):
     with psycopg.connect(target.dsn, autocommit=True, prepare_threshold=None) as conn:
         yield conn
+
+
+def idem_schema(conn):
+    """pg_idem's schema, found as the packages find it (the contract's sql.locate), quoted: the
+    suite's own calls are qualified too, as the databases' search_path starts with look-alikes."""
+    return psycopg.RawCursor(conn).execute(CONTRACT["sql"]["locate"]).fetchone()[0]

@@ -6,6 +6,9 @@
 #   sql     the SQL edition (scripts/sql_edition.py's plain file) installed by a role that is no
 #           superuser, as which the apps connect (as on a managed service)
 #   pooler  the native server behind its own PgBouncer in transaction mode
+# Every database's search_path puts another role's schema first, holding look-alikes of
+# pg_idem's functions (hostile.sql). With the SQL edition, three more databases hold what an app
+# must refuse to start on (test_startup.py): no pg_idem, an old version, a planted overload.
 #
 #   clients/conformance/run.sh [--app NAME]... [--mode native|sql|pooler]... [-- PYTEST ARGS]
 #
@@ -52,6 +55,7 @@ if wants native || wants pooler; then
         { echo "run.sh: pg_idem is not installed into $("${PG_CONFIG:-pg_config}" --bindir)'s PostgreSQL (scripts/install.sh)" >&2; exit 1; }
     pg_start "$work/pg-native" "shared_preload_libraries = 'pg_idem'" "max_connections = 200"
     psql -q -v ON_ERROR_STOP=1 -c 'CREATE EXTENSION pg_idem'
+    psql -q -v ON_ERROR_STOP=1 -v schema=public -f "$here/hostile.sql"
     native_port="$PGPORT"
     export PG_IDEM_HTTP_DSN_NATIVE="postgresql://postgres@127.0.0.1:$native_port/postgres"
 fi
@@ -60,9 +64,25 @@ if wants sql; then
     python3 scripts/sql_edition.py --out "$work/sql-edition" >/dev/null
     pg_start "$work/pg-sql" "max_connections = 200"
     # the owner a managed service gives you: no superuser, owns its database
-    psql -q -v ON_ERROR_STOP=1 -c 'CREATE ROLE app_owner LOGIN CREATEROLE' -c 'CREATE DATABASE app OWNER app_owner'
-    psql -q -v ON_ERROR_STOP=1 -U app_owner -d app -1 -f "$work/sql-edition/pg_idem--0.5.0.sql" >/dev/null
-    export PG_IDEM_HTTP_DSN_SQL="postgresql://app_owner@127.0.0.1:$PGPORT/app"
+    psql -q -v ON_ERROR_STOP=1 -c 'CREATE ROLE app_owner LOGIN CREATEROLE'
+    install_file="$(ls "$work"/sql-edition/pg_idem--*.sql | grep -v -e '--.*--' -e '\.tle\.sql$' | head -n 1)"
+    for db in app app_old app_planted app_empty; do
+        psql -q -v ON_ERROR_STOP=1 -c "CREATE DATABASE $db OWNER app_owner"
+        [ "$db" = app_empty ] && continue
+        psql -q -v ON_ERROR_STOP=1 -U app_owner -d "$db" -1 -f "$install_file" >/dev/null
+    done
+    psql -q -v ON_ERROR_STOP=1 -d app -v schema=public -f "$here/hostile.sql"
+    # an install older than the contract's minimum version
+    psql -q -v ON_ERROR_STOP=1 -U app_owner -d app_old \
+        -c "CREATE OR REPLACE FUNCTION public.idem_version() RETURNS text LANGUAGE sql AS \$\$SELECT '0.4.0'\$\$"
+    # an overload of idem_claim another role planted in pg_idem's schema
+    psql -q -v ON_ERROR_STOP=1 -d app_planted \
+        -c 'CREATE FUNCTION public.idem_claim(integer) RETURNS integer LANGUAGE sql AS $$SELECT 1$$' \
+        -c 'ALTER FUNCTION public.idem_claim(integer) OWNER TO mallory'
+    sql_base="postgresql://app_owner@127.0.0.1:$PGPORT"
+    export PG_IDEM_HTTP_DSN_SQL="$sql_base/app"
+    export PG_IDEM_HTTP_DSN_OLD="$sql_base/app_old" PG_IDEM_HTTP_DSN_PLANTED="$sql_base/app_planted"
+    export PG_IDEM_HTTP_DSN_EMPTY="$sql_base/app_empty"
 fi
 
 if wants pooler; then

@@ -10,7 +10,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import CONTRACT, SELECTED, App
+from conftest import CONTRACT, SELECTED, App, idem_schema
 
 DEFAULTS = CONTRACT["defaults"]
 REF = CONTRACT["reference_app"]
@@ -21,12 +21,19 @@ STORED = DEFAULTS["stored_headers"]
 class Response:
     def __init__(self, status, headers, body):
         self.status, self.body = status, body
+        self.header_lines = [(name.lower(), value) for name, value in headers]
         self.headers = {}
         for name, value in headers:
             self.headers.setdefault(name.lower(), value)
 
     def json(self):
         return json.loads(self.body)
+
+    def field(self, name):
+        """A header's field value as RFC 9110 combines its lines: the values in order, joined
+        by ", " (a framework may send them as one line or as several), or None."""
+        values = [v for n, v in self.header_lines if n == name]
+        return ", ".join(values) if values else None
 
     def stored(self):
         """What a replay must repeat: status, the allow-listed headers, the body's bytes."""
@@ -281,7 +288,7 @@ def test_lease_mode_takeover_fences_the_stale_attempt(target, db):
     reply = second.json()
     assert reply["attempt"] == 2
     # every attempt sends the external call the same downstream key
-    assert reply["bank_ref"] == db.execute("SELECT idem_downstream_key(%s, %s, 'bank')::text",
+    assert reply["bank_ref"] == db.execute(f"SELECT {idem_schema(db)}.idem_downstream_key(%s, %s, 'bank')::text",
                                            (tenant, f"POST /payouts {key}")).fetchone()[0]
     again = post(target, "/payouts", body, key, tenant)
     assert (again.stored(), again.headers[REPLAY]) == (second.stored(), "true")
