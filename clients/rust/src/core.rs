@@ -163,7 +163,7 @@ fn decode_envelope(obj: &Map<String, Value>) -> Option<Replay> {
     Some(Replay { headers, body })
 }
 
-/// The request target the fingerprint binds (`$11`): the raw path and query string normalised
+/// The request target the fingerprint binds (`$10`): the raw path and query string normalised
 /// separately (RFC 3986 6.2.2, as octets), with `?query` only when the query is not empty.
 pub fn normalize_target(raw: &[u8]) -> String {
     let (path, query) = match raw.iter().position(|&b| b == b'?') {

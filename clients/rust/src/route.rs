@@ -119,8 +119,7 @@ pub(crate) async fn claim(
     let body: &[u8] = &s.body;
     let statement_timeout = cfg.statement_timeout_ms.to_string();
     let idle_timeout = cfg.idle_timeout_ms.to_string();
-    let no_fields: Option<Vec<String>> = None;
-    let params: [(&(dyn ToSql + Sync), Type); 11] = [
+    let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
         (&s.tenant, Type::TEXT),
         (&s.method, Type::TEXT),
         (&s.route, Type::TEXT),
@@ -130,12 +129,12 @@ pub(crate) async fn claim(
         (&cfg.ttl, Type::TEXT),
         (&statement_timeout, Type::TEXT),
         (&idle_timeout, Type::TEXT),
-        (
-            cfg.fields.as_ref().map_or(&no_fields, |_| &cfg.fields),
-            Type::TEXT_ARRAY,
-        ),
         (&s.target, Type::TEXT),
     ];
+    // $11 only where the statement has it (fields mode)
+    if let Some(fields) = &cfg.fields {
+        params.push((fields, Type::TEXT_ARRAY));
+    }
     let sql = if cfg.fields.is_some() {
         &statements.claim_fields
     } else {
