@@ -79,11 +79,6 @@ impl IdemError {
         }
     }
 
-    /// Whether the database (or the pool) caused it, rather than the request.
-    pub(crate) fn is_database(&self) -> bool {
-        matches!(self.name, "unavailable" | "internal_error" | "forbidden")
-    }
-
     /// Sets the `Retry-After` seconds (for errors whose contract entry has `retry_after`).
     pub fn retry_after(mut self, seconds: u32) -> Self {
         self.retry_after = Some(seconds);

@@ -417,12 +417,8 @@ impl IdemLayer {
                 Ok(claim)
             }
             Err(err) => {
-                let outcome = if err.is_database() {
-                    "database_error"
-                } else {
-                    "rejected"
-                };
-                outcomes.record(outcome, err.message());
+                // the database refused or failed the claim (a key too long is its refusal too)
+                outcomes.record("database_error", err.message());
                 Err(cfg.error(err))
             }
         }

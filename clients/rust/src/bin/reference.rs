@@ -24,10 +24,15 @@ use pg_idem_http::tokio_postgres::{Config, NoTls};
 use pg_idem_http::{json_response, Idem, IdemError, IdemLayer, Lease, Pool};
 use serde_json::Value;
 
+/// `{schema}`: the first schema of the search_path this role may create in. The conformance suite
+/// puts another role's schema first, where an unqualified CREATE TABLE is refused; the tables are
+/// then found through the search_path, as any application's are.
+const CREATABLE_SCHEMA: &str = "SELECT pg_catalog.quote_ident(p.name) FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS p(name, n) WHERE pg_catalog.has_schema_privilege(p.name, 'CREATE') ORDER BY p.n LIMIT 1";
+
 const TABLES: &str = "BEGIN;
-CREATE TABLE IF NOT EXISTS payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL);
-ALTER TABLE payments ADD COLUMN IF NOT EXISTS order_id bigint;
-CREATE TABLE IF NOT EXISTS payouts (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL);
+CREATE TABLE IF NOT EXISTS {schema}.payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL);
+ALTER TABLE {schema}.payments ADD COLUMN IF NOT EXISTS order_id bigint;
+CREATE TABLE IF NOT EXISTS {schema}.payouts (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL);
 COMMIT;";
 
 /// (tenant, key) pairs whose injected transient failure has happened, in this process only.
@@ -62,7 +67,14 @@ fn main() {
         .build()
         .expect("a tokio runtime");
     if let Err(err) = runtime.block_on(serve(&dsn, port)) {
-        eprintln!("pg-idem-http-reference: {err}");
+        // tokio_postgres's Display says only "db error": its source has the server's message
+        let mut message = err.to_string();
+        let mut source = std::error::Error::source(&*err);
+        while let Some(cause) = source {
+            message = format!("{message}: {cause}");
+            source = cause.source();
+        }
+        eprintln!("pg-idem-http-reference: {message}");
         std::process::exit(1);
     }
 }
@@ -120,7 +132,15 @@ async fn create_tables(pool: &Pool) -> Result<(), Box<dyn std::error::Error>> {
     // two apps starting at once may race on CREATE TABLE IF NOT EXISTS: the second try sees the table
     for attempt in 0.. {
         let client = pool.deadpool().get().await?;
-        match client.batch_execute(TABLES).await {
+        let schema: String = client
+            .query_typed_opt(CREATABLE_SCHEMA, &[])
+            .await?
+            .ok_or("no schema of the search_path allows CREATE")?
+            .get(0);
+        match client
+            .batch_execute(&TABLES.replace("{schema}", &schema))
+            .await
+        {
             Ok(()) => return Ok(()),
             Err(_) if attempt < 3 => {
                 drop(pg_idem_http::deadpool_postgres::Object::take(client));
