@@ -500,3 +500,46 @@ async fn a_missing_or_shadowed_pg_idem_refuses_to_build() {
         admin.batch_execute(&cleanup).await.unwrap();
     }
 }
+
+async fn maybe_slow(idem: Idem, headers: axum::http::HeaderMap) -> Result<&'static str, IdemError> {
+    idem.query_typed("SELECT 1", &[]).await?;
+    if headers.contains_key("x-sleep") {
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    }
+    Ok("done")
+}
+
+/// A request whose client goes away mid-handler: its connection, still inside the claim's
+/// transaction, is closed (the server rolls the claim back), never handed to the next request.
+#[tokio::test]
+async fn a_cancelled_request_does_not_hand_its_transaction_on() {
+    let config: pg_idem_http::tokio_postgres::Config = dsn().parse().unwrap();
+    // one connection: the next request gets whatever the cancelled one left
+    let pool = Pool::new(config, pg_idem_http::tokio_postgres::NoTls, 1).unwrap();
+    let layer = IdemLayer::builder(pool.clone())
+        .single_tenant("cancel")
+        .build()
+        .await
+        .unwrap();
+    let base = serve(Router::new().route("/slow", post(maybe_slow).layer(layer))).await;
+    let k = unique("cancelled");
+    let slow = [("idempotency-key", k.as_str()), ("x-sleep", "1")];
+    let cancelled = tokio::time::timeout(
+        std::time::Duration::from_millis(500),
+        post_to(&base, "/slow", &slow, ""),
+    )
+    .await;
+    assert!(cancelled.is_err(), "the slow request answered");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let other = unique("after");
+    let a = post_to(&base, "/slow", &[("idempotency-key", &other)], "").await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    // the cancelled claim was rolled back: its retry is claimed afresh, not 409 in_progress
+    let a = post_to(&base, "/slow", &[("idempotency-key", &k)], "").await;
+    assert_eq!(
+        (a.status, a.replayed()),
+        (StatusCode::OK, false),
+        "{}",
+        a.body
+    );
+}
