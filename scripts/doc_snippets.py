@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Runs every SQL and shell snippet of README.md and docs/*.md against real servers, and checks
-the output a page shows for it. Conventions (docs/snippets.md):
+"""Runs every SQL and shell snippet of README.md, CONTRIBUTING.md and docs/*.md against real
+servers, and checks the output a page shows for it. Conventions (docs/snippets.md):
 
     ```sql                      runs on the native edition (pg_idem preloaded)
     ```sql edition=sql          runs on the SQL edition (plain install, no preload)
@@ -11,12 +11,20 @@ the output a page shows for it. Conventions (docs/snippets.md):
                                 (setup=NAME sources tests/doc_snippets/NAME.sh first)
     ```text output              right after a snippet: what it prints; <anything> in angle
                                 brackets matches any text within its line (volatile values)
+    ```LANG no-run: REASON      any language of RUNNABLE or DOC_ONLY: not run; counted as skipped
+    ```LANG doc-only: WHAT      a language of DOC_ONLY (configuration, log lines, other languages'
+                                code): what the block is; not a snippet, not run, not counted
+
+Strict: a fence it cannot place FAILS, it is never skipped: an indented fence (inside a list item,
+say: move it to the left margin), a fence with no language, a language outside RUNNABLE and
+DOC_ONLY, a DOC_ONLY block without `doc-only:` or `no-run:`, `no-run`/`doc-only` without a reason,
+an unknown word, an output block that follows no snippet, a fence left open.
 
 A page's SQL snippets of one edition run in order in one psql session (so psql variables set with
 \\gset carry over), in a database of their own that starts empty. Each shell snippet runs alone
 with PGHOST, PGPORT and PGUSER set and PostgreSQL's binaries first in PATH.
 
-    scripts/doc_snippets.py [FILE.md ...]      (default: README.md and docs/*.md)
+    scripts/doc_snippets.py [FILE.md ...]      (default: PAGES, below)
     PG_BINDIR (default /usr/lib/postgresql/15/bin)
 
 With no FILE, it also checks docs/functions.md and docs/settings.md against the declarations of
@@ -38,8 +46,25 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SETUP = ROOT / "tests" / "doc_snippets"
 BINDIR = pathlib.Path(os.environ.get("PG_BINDIR", "/usr/lib/postgresql/15/bin"))
-FENCE = re.compile(r"^```(\w[\w-]*)?[ \t]*([^\n]*)\n(.*?)^```[ \t]*$", re.S | re.M)
+# any line that starts (after any indentation) with three backticks or tildes opens or closes a fence
+FENCE_LINE = re.compile(r"^([ \t]*)(`{3,}|~{3,})(.*)$")
 RUNNABLE = {"sql", "sh", "bash"}
+# languages that are documentation only: a block in one says what it is (`doc-only: WHAT`) or why
+# it is not run (`no-run: REASON`)
+DOC_ONLY = {"text", "conf", "ini", "json", "toml", "yaml", "python", "js", "javascript", "ts",
+            "typescript", "rust", "java", "go", "http", "diff"}
+# the pages run by default: README.md, CONTRIBUTING.md and docs/*.md, and the clients' READMEs
+# named in CLIENT_READMES
+CLIENT_READMES = []  # e.g. "clients/python/README.md": to be added once they are rewritten (issue 52)
+
+
+def default_pages():
+    return [ROOT / "README.md", ROOT / "CONTRIBUTING.md"] + sorted((ROOT / "docs").glob("*.md")) \
+        + [ROOT / p for p in CLIENT_READMES]
+
+
+class Unplaced(Exception):
+    """A fence the runner cannot place: reported as FAILED, never skipped."""
 MARK = "@@doc-snippet@@"
 
 
@@ -51,10 +76,15 @@ class Snippet:
         self.error = False
         self.edition = "native"
         self.setup = None
-        m = re.match(r"no-run\b:?\s*(.*)", info)
+        m = re.match(r"no-run\b(:?)\s*(.*)", info)
         if m:
-            self.no_run = m.group(1).strip() or "(no reason given)"
+            if not m.group(1) or not m.group(2).strip():
+                raise Unplaced("`no-run` needs its reason: `no-run: REASON`")
+            self.no_run = m.group(2).strip()
             return
+        if lang not in RUNNABLE:
+            raise Unplaced(f"a block in {lang!r} is documentation only: say what it is with "
+                           f"`{lang} doc-only: WHAT`, or `{lang} no-run: REASON`")
         for word in info.split():
             if word == "error":
                 self.error = True
@@ -63,30 +93,83 @@ class Snippet:
             elif word.startswith("setup="):
                 self.setup = word.split("=", 1)[1]
             else:
-                raise SystemExit(f"{self.where}: unknown word in the fence: {word!r}")
+                raise Unplaced(f"unknown word in the fence: {word!r}")
         if self.edition not in ("native", "sql"):
-            raise SystemExit(f"{self.where}: unknown edition {self.edition!r}")
+            raise Unplaced(f"unknown edition {self.edition!r}")
 
     @property
     def where(self):
         return f"{self.page.relative_to(ROOT)}:{self.line}"
 
 
-def snippets(page):
+def fences(text):
+    """(line, indent, marker, lang, info, code, start, end) of each fenced block of TEXT, and the problems
+    (line, why) of the fences that cannot be read: an indented fence, one left open."""
+    lines = text.split("\n")
+    offsets = [0]
+    for l in lines:
+        offsets.append(offsets[-1] + len(l) + 1)
+    found, problems = [], []
+    i = 0
+    while i < len(lines):
+        m = FENCE_LINE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        indent, marker, rest = m.groups()
+        head = rest.strip()
+        lang, _, info = head.partition(" ")
+        j = i + 1
+        while j < len(lines):
+            c = FENCE_LINE.match(lines[j])
+            if c and c.group(2)[0] == marker[0] and len(c.group(2)) >= len(marker) and not c.group(3).strip():
+                break
+            j += 1
+        if j == len(lines):
+            problems.append((i + 1, f"a fence left open: {lines[i].strip()!r}"))
+            break
+        found.append((i + 1, indent, marker, lang, info.strip(), "\n".join(lines[i + 1:j]) + "\n",
+                      offsets[i], offsets[j + 1] if j + 1 < len(offsets) else len(text)))
+        i = j + 1
+    return found, problems
+
+
+def snippets(page, problems):
+    """The snippets of PAGE; appends (page, line, why) to PROBLEMS for each fence it cannot place."""
     text = page.read_text()
     found = []
-    for m in FENCE.finditer(text):
-        lang, info, code = (m.group(1) or ""), m.group(2).strip(), m.group(3)
-        line = text.count("\n", 0, m.start()) + 1
-        if lang == "text" and info == "output":
-            if not found or found[-1].expected is not None or text[found[-1].end:m.start()].strip():
-                raise SystemExit(f"{page.relative_to(ROOT)}:{line}: an output block must follow its snippet")
-            found[-1].expected = code
-            continue
-        if lang in RUNNABLE:
+    blocks, bad = fences(text)
+    problems.extend((page, line, why) for line, why in bad)
+    for line, indent, marker, lang, info, code, start, end in blocks:
+        try:
+            if indent:
+                raise Unplaced("an indented fence is neither run nor counted: put it at the left margin")
+            if marker != "```":
+                raise Unplaced(f"a fence opens with exactly ```, not {marker}")
+            if not lang:
+                raise Unplaced("a fence needs a language: sql, sh, text output, or one of DOC_ONLY "
+                               "with `doc-only: WHAT` or `no-run: REASON` (docs/snippets.md)")
+            if lang not in RUNNABLE and lang not in DOC_ONLY:
+                raise Unplaced(f"unknown language {lang!r}: sql, sh/bash, text output, or one of "
+                               + ", ".join(sorted(DOC_ONLY)) + " (docs/snippets.md)")
+            if lang == "text" and info == "output":
+                if not found or found[-1].expected is not None or text[found[-1].end:start].strip():
+                    raise Unplaced("an output block must follow its snippet")
+                found[-1].expected = code
+                continue
+            m = re.match(r"doc-only\b(:?)\s*(.*)", info)
+            if m:
+                if lang in RUNNABLE:
+                    raise Unplaced(f"a {lang} block runs, or says why not with `no-run: REASON`")
+                if not m.group(1) or not m.group(2).strip():
+                    raise Unplaced("`doc-only` needs what the block is: `doc-only: WHAT`")
+                continue
             s = Snippet(page, line, "sh" if lang == "bash" else lang, info, code)
-            s.end = m.end()
-            found.append(s)
+        except Unplaced as e:
+            problems.append((page, line, str(e)))
+            continue
+        s.end = end
+        found.append(s)
     return found
 
 
@@ -257,9 +340,9 @@ def sql_edition_file(tmp):
 
 
 def main():
-    pages = [pathlib.Path(p).resolve() for p in sys.argv[1:]] or \
-        [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
-    every = [s for p in pages for s in snippets(p)]
+    pages = [pathlib.Path(p).resolve() for p in sys.argv[1:]] or default_pages()
+    problems = []  # (page, line, why): fences it cannot place, each a failure
+    every = [s for p in pages for s in snippets(p, problems)]
     results = []  # (snippet, ok, why)
     servers = {}
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="pg_idem_docs_files."))
@@ -355,17 +438,19 @@ def main():
     results.sort(key=lambda r: (str(r[0].page), r[0].line))
     for s, ok, why in results:
         status = "skipped" if ok is None else "ok" if ok else "FAILED"
-        print(f"{status:8} {s.where} ({s.lang}{'' if s.lang == 'sh' else ', ' + s.edition})"
+        print(f"{status:8} {s.where} ({s.lang}{', ' + s.edition if s.lang == 'sql' else ''})"
               + (f": {why}" if ok is None else ""))
         if ok is False:
             print("    " + why.replace("\n", "\n    "))
+    for page, line, why in sorted(problems, key=lambda p: (str(p[0]), p[1])):
+        print(f"FAILED   {page.relative_to(ROOT)}:{line}: {why}")
     for page, ok, bad in links:
         if isinstance(page, str):
             print(f"{'ok' if ok else 'FAILED':8} {page}" + ("" if ok else ": " + bad[0]))
             continue
         print(f"{'ok' if ok else 'FAILED':8} {page.relative_to(ROOT)}: links" + ("" if ok else ": broken: " + ", ".join(bad)))
     p = sum(1 for r in results if r[1] is True) + sum(1 for l in links if l[1])
-    f = sum(1 for r in results if r[1] is False) + sum(1 for l in links if not l[1])
+    f = sum(1 for r in results if r[1] is False) + sum(1 for l in links if not l[1]) + len(problems)
     k = sum(1 for r in results if r[1] is None)
     for s, ok, why in results:
         if ok is None and os.environ.get("PG_IDEM_SKIP_LOG"):

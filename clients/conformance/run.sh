@@ -8,7 +8,8 @@
 #   pooler  the native server behind its own PgBouncer in transaction mode
 # Every database's search_path puts another role's schema first, holding look-alikes of
 # pg_idem's functions (hostile.sql). With the SQL edition, three more databases hold what an app
-# must refuse to start on (test_startup.py): no pg_idem, an old version, a planted overload.
+# must refuse to start on (test_startup.py): no pg_idem, an old version, a planted overload,
+# no idem_version().
 #
 #   clients/conformance/run.sh [--app NAME]... [--mode native|sql|pooler]... [-- PYTEST ARGS]
 #
@@ -66,7 +67,7 @@ if wants sql; then
     # the owner a managed service gives you: no superuser, owns its database
     psql -q -v ON_ERROR_STOP=1 -c 'CREATE ROLE app_owner LOGIN CREATEROLE'
     install_file="$(ls "$work"/sql-edition/pg_idem--*.sql | grep -v -e '--.*--' -e '\.tle\.sql$' | head -n 1)"
-    for db in app app_old app_planted app_empty; do
+    for db in app app_old app_noversion app_planted app_empty; do
         psql -q -v ON_ERROR_STOP=1 -c "CREATE DATABASE $db OWNER app_owner"
         [ "$db" = app_empty ] && continue
         psql -q -v ON_ERROR_STOP=1 -U app_owner -d "$db" -1 -f "$install_file" >/dev/null
@@ -75,6 +76,8 @@ if wants sql; then
     # an install older than the contract's minimum version
     psql -q -v ON_ERROR_STOP=1 -U app_owner -d app_old \
         -c "CREATE OR REPLACE FUNCTION public.idem_version() RETURNS text LANGUAGE sql AS \$\$SELECT '0.4.0'\$\$"
+    # an install from before idem_version() (the released 0.5.0 and older)
+    psql -q -v ON_ERROR_STOP=1 -U app_owner -d app_noversion -c 'DROP FUNCTION public.idem_version()'
     # an overload of idem_claim another role planted in pg_idem's schema
     psql -q -v ON_ERROR_STOP=1 -d app_planted \
         -c 'CREATE FUNCTION public.idem_claim(integer) RETURNS integer LANGUAGE sql AS $$SELECT 1$$' \
@@ -82,7 +85,7 @@ if wants sql; then
     sql_base="postgresql://app_owner@127.0.0.1:$PGPORT"
     export PG_IDEM_HTTP_DSN_SQL="$sql_base/app"
     export PG_IDEM_HTTP_DSN_OLD="$sql_base/app_old" PG_IDEM_HTTP_DSN_PLANTED="$sql_base/app_planted"
-    export PG_IDEM_HTTP_DSN_EMPTY="$sql_base/app_empty"
+    export PG_IDEM_HTTP_DSN_EMPTY="$sql_base/app_empty" PG_IDEM_HTTP_DSN_NOVERSION="$sql_base/app_noversion"
 fi
 
 if wants pooler; then

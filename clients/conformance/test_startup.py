@@ -1,6 +1,6 @@
 """Contract 2: an app refuses to start, with a message that says what to do, on a database where
 it cannot call pg_idem safely (run.sh prepares them with the SQL edition): pg_idem missing, a
-version below the contract's minimum, or an idem_* function another role planted in pg_idem's
+version below the contract's minimum or none at all (no idem_version()), or an idem_* function another role planted in pg_idem's
 schema. Each reference app runs the package's check when it starts (clients/CONTRACT.md)."""
 
 import os
@@ -13,6 +13,7 @@ CASES = {
     "EMPTY": ["pg_idem is not installed"],
     "OLD": ["0.4.0", CONTRACT["min_pg_idem_version"]],
     "PLANTED": ["idem_claim(integer)"],
+    "NOVERSION": [CONTRACT["min_pg_idem_version"]],
 }
 
 

@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 __all__ = [
     "CONTRACT",
@@ -33,6 +33,15 @@ __all__ = [
     "claim_sql",
     "claim_params",
     "statement",
+    "Statements",
+    "SetupError",
+    "TransactionEnded",
+    "request_target",
+    "split_target",
+    "version_ok",
+    "quote_ident",
+    "check_stored_headers",
+    "tenant_hook",
 ]
 
 # Headers are (name, value) pairs of str; a response is (status, headers, body bytes).
@@ -101,18 +110,33 @@ def is_final(status: int) -> bool:
 
 # --- the envelope ---------------------------------------------------------------------------
 
+def check_stored_headers(names: Iterable[str]) -> List[str]:
+    """The allow-list, lower-cased; naming a never-stored header is a configuration error.
+
+    A replay goes to whoever holds the key, so a cookie or a credential in it would be handed
+    to another caller: no configuration can store one.
+    """
+    lowered = [n.lower() for n in names]
+    forbidden = sorted(set(lowered) & set(DEFAULTS["never_stored_headers"]))
+    if forbidden:
+        raise ValueError(f"stored_headers names {', '.join(forbidden)}: these headers are never"
+                         " stored or replayed (contract.json defaults.never_stored_headers)")
+    return lowered
+
+
 def build_envelope(
-    headers: Iterable[Tuple[str, str]], body: bytes, stored_headers: Sequence[str] = ()
+    headers: Iterable[Tuple[str, str]], body: bytes, stored_headers: Optional[Sequence[str]] = None
 ) -> dict:
-    """The response_body stored for a final response: the allow-listed headers and exact bytes."""
-    allow = {h.lower() for h in (stored_headers or DEFAULTS["stored_headers"])}
-    kept = {}
+    """The response_body stored for a final response: the allow-listed headers, each an array of
+    its values in the response's order, and the body's exact bytes."""
+    allow = set(check_stored_headers(stored_headers or DEFAULTS["stored_headers"]))
+    kept: Dict[str, List[str]] = {}
     for name, value in headers:
         if name.lower() in allow:
-            kept[name.lower()] = value
-    env: dict = {"http": 1, "headers": kept}
+            kept.setdefault(name.lower(), []).append(value)
+    env: dict = {"http": 2, "headers": kept}
     try:
-        text = body.decode("utf-8")
+        text: Optional[str] = body.decode("utf-8")
     except UnicodeDecodeError:
         text = None
     # jsonb cannot hold U+0000, so such a body goes as base64 like a binary one
@@ -128,28 +152,130 @@ def envelope_json(env: dict) -> str:
     return json.dumps(env, ensure_ascii=False, separators=(",", ":"))
 
 
-def replay(response_code: int, response_body: Optional[str]) -> Tuple[int, Headers, bytes]:
-    """The stored response (claim's response_code and response_body::text) as status, headers, body.
+class BadEnvelope(Exception):
+    """A stored envelope of an unknown version: 500 internal_error, nothing replayed."""
+
+
+def replay(response_code: int, response_body: Optional[str]) -> HttpResponse:
+    """The stored response (claim's response_code and response_body::text) as status, headers
+    (one pair per stored value, in the stored order), body. Reads envelopes of contract 1
+    (one string per name) and 2 (arrays); never replays a never-stored header.
 
     Without the replay header, which the driver adds (its name is configurable per route).
     """
     if response_body is None:
         return response_code, [], b""
     value = json.loads(response_body)
-    if (
-        isinstance(value, dict)
-        and value.get("http") == 1
-        and isinstance(value.get("headers"), dict)
-        and (isinstance(value.get("body"), str) or isinstance(value.get("body_base64"), str))
-    ):
-        headers = [(str(k), str(v)) for k, v in value["headers"].items()]
-        if isinstance(value.get("body"), str):
-            body = value["body"].encode("utf-8")
-        else:
-            body = base64.b64decode(value["body_base64"])
-        return response_code, headers, body
-    # written by hand-written SQL, not by a package: replay the jsonb's own text
-    return response_code, [("content-type", "application/json")], response_body.encode("utf-8")
+    if not (isinstance(value, dict) and "http" in value
+            and isinstance(value.get("headers"), dict)
+            and (isinstance(value.get("body"), str) or isinstance(value.get("body_base64"), str))):
+        # written by hand-written SQL, not by a package: replay the jsonb's own text
+        return response_code, [("content-type", "application/json")], response_body.encode("utf-8")
+    version = value["http"]
+    if version not in (1, 2) or isinstance(version, bool):
+        raise BadEnvelope(f"stored envelope has http {version!r}")
+    never = set(DEFAULTS["never_stored_headers"])
+    headers: Headers = []
+    for name, stored in value["headers"].items():
+        if name.lower() in never:
+            continue
+        for item in ([stored] if version == 1 else stored):
+            headers.append((str(name), str(item)))
+    if isinstance(value.get("body"), str):
+        body = value["body"].encode("utf-8")
+    else:
+        body = base64.b64decode(value["body_base64"])
+    return response_code, headers, body
+
+
+# --- the request target ---------------------------------------------------------------------
+
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_RESERVED = frozenset(b":/?#[]@!$&'()*+,;=")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+def _normalise_part(octets: bytes) -> str:
+    out = []
+    i = 0
+    while i < len(octets):
+        b = octets[i]
+        if b == 0x25 and i + 2 < len(octets) and octets[i + 1] in _HEX and octets[i + 2] in _HEX:
+            value = int(octets[i + 1:i + 3], 16)
+            out.append(chr(value) if value in _UNRESERVED else "%%%02X" % value)
+            i += 3
+            continue
+        if b in _UNRESERVED or b in _RESERVED:
+            out.append(chr(b))
+        else:  # a lone %, a space, a non-ASCII octet, a quote...
+            out.append("%%%02X" % b)
+        i += 1
+    return "".join(out)
+
+
+def _octets(part: Union[str, bytes]) -> bytes:
+    return part.encode("utf-8") if isinstance(part, str) else part
+
+
+def request_target(path: Union[str, bytes], query: Union[str, bytes] = b"") -> str:
+    """The normalised request target ($11): path and query string normalised separately, as
+    octets (RFC 3986 6.2.2: unreserved escapes decoded, other escapes' hex upper-cased, what is
+    neither unreserved nor reserved escaped); `?query` only when the query is not empty."""
+    target = _normalise_part(_octets(path))
+    q = _octets(query)
+    return f"{target}?{_normalise_part(q)}" if q else target
+
+
+def split_target(received: Union[str, bytes]) -> str:
+    """request_target() of a raw target as received (`/path?query`)."""
+    raw = _octets(received)
+    path, _, query = raw.partition(b"?")
+    return request_target(path, query)
+
+
+# --- the version check and the schema --------------------------------------------------------
+
+def quote_ident(name: str) -> str:
+    """PostgreSQL's quote_ident rule, for a schema given as an option."""
+    if re.fullmatch(r"[a-z_][a-z0-9_]*", name):
+        return name
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _version_tuple(text: Any) -> Optional[Tuple[int, int, int]]:
+    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", text) if isinstance(text, str) else None
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def version_ok(installed: Any) -> bool:
+    """MAJOR.MINOR.PATCH at least min_pg_idem_version; anything else is too old."""
+    have = _version_tuple(installed)
+    need = _version_tuple(CONTRACT["min_pg_idem_version"])
+    return have is not None and need is not None and have >= need
+
+
+class SetupError(RuntimeError):
+    """pg_idem cannot be used through this pool: the application must not start."""
+
+
+def located_schema(row: Optional[Sequence[Any]]) -> str:
+    """The schema from sql.locate's row, or SetupError saying what to do."""
+    if row is None:
+        raise SetupError("pg_idem is not installed in this database: CREATE EXTENSION pg_idem"
+                         " (or install its SQL edition), or pass schema= naming where it is")
+    schema, foreign = row[0], row[1]
+    if foreign is not None:
+        raise SetupError(f"pg_idem's schema {schema} holds idem_* functions that are not"
+                         f" pg_idem's: {foreign}; drop them (another role planted them)")
+    return schema
+
+
+def checked_version(installed: Any) -> str:
+    if not version_ok(installed):
+        raise SetupError(f"pg_idem {installed} is installed; this package needs"
+                         f" {CONTRACT['min_pg_idem_version']} or later: ALTER EXTENSION"
+                         " pg_idem UPDATE (or install a newer SQL edition)")
+    return str(installed)
 
 
 # --- errors ---------------------------------------------------------------------------------
@@ -243,8 +369,11 @@ def error_for_exception(exc: BaseException) -> IdemError:
 _PLACEHOLDER = re.compile(r"\$(\d+)")
 
 
-def statement(sql_text: str) -> str:
-    """contract SQL ($1, $2, ...) in the driver's paramstyle: %(p1)s, %(p2)s, ..."""
+def statement(sql_text: str, schema: Optional[str] = None) -> str:
+    """contract SQL ($1, $2, ...) in psycopg's paramstyle (%(p1)s, ...), with {schema} replaced
+    by pg_idem's schema (already quoted, as sql.locate returns it)."""
+    if schema is not None:
+        sql_text = sql_text.replace("{schema}", schema)
     return _PLACEHOLDER.sub(lambda m: f"%(p{m.group(1)})s", sql_text.replace("%", "%%"))
 
 
@@ -259,22 +388,75 @@ def params(*values: Any) -> dict:
     return {f"p{i}": v for i, v in enumerate(values, 1)}
 
 
-# --- per-route configuration ----------------------------------------------------------------
+class Statements:
+    """Every statement of contract.json for one located schema, in psycopg's paramstyle."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self.claim_body = statement(claim_sql(False), schema)
+        self.claim_fields = statement(claim_sql(True), schema)
+        self.version = statement(SQL["version"], schema)
+        self.complete = statement(SQL["complete"], schema)
+        self.fail_final = statement(SQL["fail_final"], schema)
+        self.release = statement(SQL["release"], schema)
+        self.assert_fence = statement(SQL["assert_fence"], schema)
+        self.heartbeat = statement(SQL["heartbeat"], schema)
+        self.checkpoint = statement(SQL["checkpoint"], schema)
+        self.downstream_key = statement(SQL["downstream_key"], schema)
+
+    def claim(self, route: "Route") -> str:
+        return self.claim_fields if route.fields is not None else self.claim_body
+
+    def completion(self, status: int) -> str:
+        """complete for a success, fail_final for a final 4xx (both replayed alike)."""
+        return self.complete if status < 400 else self.fail_final
+
+
+LOCATE = SQL["locate"]
+
+
+# --- the tenant -----------------------------------------------------------------------------
 
 TenantHook = Callable[[Any], Any]
 
+
+def tenant_hook(hook: Optional[TenantHook], single_tenant: Optional[str]) -> TenantHook:
+    """The hook that names a request's tenant. One of the two is required, not both: without a
+    hook the application must say in its own code that every caller shares one namespace."""
+    if hook is not None and single_tenant is not None:
+        raise ValueError("give a tenant hook or single_tenant, not both")
+    if hook is not None:
+        return hook
+    if single_tenant is None:
+        raise ValueError("pg_idem needs the tenant of each request: pass tenant=<hook that"
+                         " returns the caller's account>, or single_tenant=<name> when every"
+                         " caller shares one namespace")
+    if not isinstance(single_tenant, str) or not single_tenant:
+        raise ValueError("single_tenant must be a non-empty string")
+    return lambda request: single_tenant
+
+
+def tenant_or_reject(value: Any) -> str:
+    """The hook's answer; None or "" is 400 tenant_missing (there is no default tenant)."""
+    if value is None or value == "":
+        raise Reject(ERRORS["tenant_missing"]["status"], "tenant_missing",
+                     ERRORS["tenant_missing"]["message"])
+    return str(value)
+
+
+# --- per-route configuration ----------------------------------------------------------------
 
 @dataclass
 class Route:
     """How one route (method + template) uses pg_idem. Only method and route are required."""
 
     method: str
-    route: str
+    route: str  # the template, parameters written {name}: the key's scope
     key_required: bool = True
     ttl: Optional[str] = None  # interval text; None: the database's default
     lease: Optional[str] = None  # interval text: lease mode (CONTRACT.md "Lease mode")
     fields: Optional[Sequence[str]] = None  # fingerprint these JSON fields, not the body bytes
-    tenant: Optional[TenantHook] = None  # request -> tenant (may raise Reject); None: default
+    tenant: Optional[TenantHook] = None  # request -> tenant (may raise Reject); else the app's
     stored_headers: Sequence[str] = field(default_factory=lambda: list(DEFAULTS["stored_headers"]))
     key_header: str = DEFAULTS["key_header"]
     replay_header: str = DEFAULTS["replay_header"]
@@ -286,11 +468,13 @@ class Route:
 
     def __post_init__(self) -> None:
         self.method = self.method.upper()
-        self.sql_claim = statement(claim_sql(self.fields is not None))
+        self.stored_headers = check_stored_headers(self.stored_headers)
 
 
-def claim_params(route: Route, tenant: str, key: str, body: bytes) -> dict:
-    values: list = [
+def claim_params(route: Route, tenant: str, key: str, body: bytes, target: str) -> dict:
+    """$1..$11 of the claim ($10 target: request_target() of the request as received; $11 the
+    field list, referenced in fields mode only)."""
+    return params(
         tenant,
         route.method,
         route.route,
@@ -300,10 +484,9 @@ def claim_params(route: Route, tenant: str, key: str, body: bytes) -> dict:
         route.ttl,
         str(route.statement_timeout_ms),
         str(route.idle_in_transaction_timeout_ms),
-    ]
-    if route.fields is not None:
-        values.append(list(route.fields))
-    return params(*values)
+        target,
+        list(route.fields) if route.fields is not None else None,
+    )
 
 
 @dataclass
@@ -319,16 +502,35 @@ class Claim:
     checkpoint_phase: Optional[str]
     checkpoint_data: Optional[str]
     retry_after: Optional[int]
+    txid: Optional[int] = None  # the claim's transaction: the completion must run in it
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> "Claim":
-        return cls(*row[:9])
+        return cls(*row[:10])
+
+
+def completion_params(tenant: str, claim: Claim, status: int, envelope: str) -> dict:
+    return params(tenant, claim.scoped_key, claim.fence, status, envelope, claim.txid)
+
+
+class TransactionEnded(Exception):
+    """The completion ran outside the claim's transaction: the handler ended it (COMMIT or
+    ROLLBACK sent as SQL). 500 internal_error, nothing stored, outcome transaction_ended."""
+
+
+def outcome_name(claim: Claim) -> str:
+    """The claim's outcome as one of contract.json's outcomes."""
+    return {"completed": "replayed", "failed": "replayed", "claimed": "claimed",
+            "in_progress": "in_progress", "mismatch": "mismatch"}.get(claim.outcome, "rejected")
 
 
 def outcome_response(route: Route, claim: Claim) -> Optional[HttpResponse]:
     """The answer for every outcome but claimed (None): a replay or an error response."""
     if claim.outcome in ("completed", "failed"):
-        status, headers, body = replay(claim.response_code, claim.response_body)
+        try:
+            status, headers, body = replay(claim.response_code or 0, claim.response_body)
+        except BadEnvelope:
+            return error_response("internal_error")
         return status, headers + [(route.replay_header.lower(), route.replay_header_value)], body
     if claim.outcome == "in_progress":
         return error_response("in_progress", None, claim.retry_after or route.retry_after_seconds)
@@ -339,11 +541,6 @@ def outcome_response(route: Route, claim: Claim) -> Optional[HttpResponse]:
     if claim.outcome == "claimed":
         return None
     return error_response("internal_error")
-
-
-def completion_statement(status: int) -> str:
-    """complete for a success, fail_final for a final 4xx (both replayed alike)."""
-    return statement(SQL["complete"] if status < 400 else SQL["fail_final"])
 
 
 def parse_json_or_none(text: Optional[str]) -> Any:

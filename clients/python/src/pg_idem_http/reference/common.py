@@ -5,36 +5,35 @@ from __future__ import annotations
 import argparse
 import json
 import threading
-from typing import Any, Optional
+from typing import Any
 
-from ..core import CONTRACT, Reject, Route
+from ..core import CONTRACT, Route
 
 APP = CONTRACT["reference_app"]
 
+# CONTRACT.md "The reference apps": the tables are named with their schema in every statement,
+# as the conformance suite puts another role's schema first on the search_path.
 TABLES = (
-    "CREATE TABLE IF NOT EXISTS payments (id bigserial PRIMARY KEY, tenant text NOT NULL,"
+    "CREATE TABLE IF NOT EXISTS public.payments (id bigserial PRIMARY KEY, tenant text NOT NULL,"
     " idem_key text NOT NULL, amount bigint NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS payouts (id bigserial PRIMARY KEY, tenant text NOT NULL,"
+    "ALTER TABLE public.payments ADD COLUMN IF NOT EXISTS order_id bigint",
+    "CREATE TABLE IF NOT EXISTS public.payouts (id bigserial PRIMARY KEY, tenant text NOT NULL,"
     " idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL)",
 )
 
 
-def routes(tenant_hook) -> list:
-    common = dict(
-        tenant=tenant_hook,
+def routes() -> dict:
+    """The reference app's routes by name; the tenant hook is given to the driver."""
+    common: dict = dict(
         statement_timeout_ms=APP["statement_timeout_ms"],
         idle_in_transaction_timeout_ms=APP["idle_in_transaction_timeout_ms"],
+        stored_headers=APP["stored_headers"],
     )
-    return [
-        Route("POST", "/payments", **common),
-        Route("POST", "/payouts", lease=APP["payout_lease"], **common),
-    ]
-
-
-def tenant_from(value: Optional[str]) -> str:
-    if not value:
-        raise Reject(400, "tenant_missing", "X-Tenant header required")
-    return value
+    return {
+        "payments": Route("POST", "/payments", **common),
+        "orders": Route("POST", APP["order_route"], **common),
+        "payouts": Route("POST", "/payouts", lease=APP["payout_lease"], **common),
+    }
 
 
 def args(description: str) -> argparse.Namespace:
@@ -61,6 +60,8 @@ def parse_body(raw: bytes) -> dict:
     sleep = req.get("sleep_ms", 0)
     if type(sleep) not in (int, float) or sleep < 0:
         raise BadRequest("sleep_ms must be a non-negative number")
+    if req.get("commit") not in (None, "api", "sql"):
+        raise BadRequest('commit must be "api" or "sql"')
     return req
 
 
