@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, Object, Runtime};
 use tokio::sync::OnceCell;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls};
 
 use crate::contract::contract;
@@ -190,9 +191,9 @@ impl Pool {
                     None => locate(&tx).await?,
                 };
                 let statements = Statements::new(schema);
-                let version = tx.one(&contract().sql.version.replace("{schema}", &statements.schema)).await?;
-                tx.end().await?;
                 let min = &contract().min_pg_idem_version;
+                let version = tx.version(&statements.schema).await?;
+                tx.end().await?;
                 if !version_at_least(&version, min) {
                     return Err(StartError(format!(
                         "pg_idem {version} is installed; this package needs {min} or later (ALTER EXTENSION pg_idem UPDATE, or install the newer SQL edition)"
@@ -221,7 +222,7 @@ impl Pool {
 /// `sql.locate`'s answer: pg_idem's schema, unless it is missing or shadowed.
 async fn locate(tx: &Transaction) -> Result<String, StartError> {
     let rows = tx
-        .client
+        .client()
         .query_typed(&contract().sql.locate, &[])
         .await
         .map_err(startup_db_error)?;
@@ -247,37 +248,64 @@ fn startup_db_error(err: tokio_postgres::Error) -> StartError {
     }
 }
 
-/// The startup checks' transaction.
+/// The startup checks' transaction. Dropped without [`Transaction::end`] (a check failed), its
+/// connection is closed rather than returned inside the transaction.
 struct Transaction {
-    client: Object,
+    client: Option<Object>,
 }
 
 impl Transaction {
     async fn begin(client: Object) -> Result<Self, StartError> {
-        client
+        let tx = Transaction {
+            client: Some(client),
+        };
+        tx.client()
             .batch_execute("BEGIN")
             .await
             .map_err(startup_db_error)?;
-        Ok(Transaction { client })
+        Ok(tx)
     }
 
-    async fn one(&self, sql: &str) -> Result<String, StartError> {
-        let rows = self
-            .client
-            .query_typed(sql, &[])
-            .await
-            .map_err(startup_db_error)?;
+    fn client(&self) -> &Object {
+        self.client.as_ref().expect("present until end or drop")
+    }
+
+    /// `sql.version`; no `idem_version()` at all (42883) is a release older than the minimum.
+    async fn version(&self, schema: &str) -> Result<String, StartError> {
+        let sql = contract().sql.version.replace("{schema}", schema);
+        let rows = match self.client().query_typed(&sql, &[]).await {
+            Ok(rows) => rows,
+            Err(err) if err.code() == Some(&SqlState::UNDEFINED_FUNCTION) => {
+                let min = &contract().min_pg_idem_version;
+                return Err(StartError(format!(
+                    "pg_idem in schema {schema} has no idem_version(): it is older than {min}, which this package needs (ALTER EXTENSION pg_idem UPDATE, or install the newer SQL edition)"
+                )));
+            }
+            Err(err) => return Err(startup_db_error(err)),
+        };
         rows.first()
             .ok_or_else(|| StartError(format!("no row from {sql}")))?
             .try_get(0)
             .map_err(startup_db_error)
     }
 
-    async fn end(self) -> Result<(), StartError> {
-        self.client
-            .batch_execute("COMMIT")
-            .await
-            .map_err(startup_db_error)
+    async fn end(mut self) -> Result<(), StartError> {
+        let client = self.client.take().expect("present until end or drop");
+        match client.batch_execute("COMMIT").await {
+            Ok(()) => Ok(()),
+            Err(err) => {
+                drop(Object::take(client));
+                Err(startup_db_error(err))
+            }
+        }
+    }
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            drop(Object::take(client));
+        }
     }
 }
 

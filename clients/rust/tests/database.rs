@@ -371,6 +371,22 @@ async fn pg_idem_is_located_and_checked_once_per_pool() {
         .err()
         .unwrap();
     assert!(err.to_string().contains("no_such_schema"), "{err}");
+    // a schema without idem_version() (pg_idem 0.5.0 as released has none): older than the minimum
+    let old = Pool::from_dsn(&dsn()).unwrap().schema("pg_catalog");
+    let err = old.statements().await.unwrap_err().to_string();
+    let min = &pg_idem_http::contract::contract().min_pg_idem_version;
+    assert!(
+        err.contains("no idem_version()") && err.contains(min.as_str()),
+        "{err}"
+    );
+    // the failed check's connection was not returned inside its transaction: the pool still works
+    old.deadpool()
+        .get()
+        .await
+        .unwrap()
+        .batch_execute("SELECT 1")
+        .await
+        .unwrap();
 }
 
 /// The bring-your-own-transaction recipe (README): the handler owns its deadpool-postgres
