@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The crate's unit tests (the contract's vectors, and that contract.json is the source's copy),
-# tests/database.rs against a throwaway server with pg_idem's SQL edition (started here unless
-# PG_IDEM_HTTP_TEST_DSN names a database; with TLS on, for tests/tls.rs and the tls-rustls
-# feature), clippy with warnings as errors, and the published form: `cargo package`, then the .crate unpacked in a temporary
-# directory and built there offline (from the registry cache, into the workspace's target dir,
-# so only the crate itself compiles). Prints cargo's own summaries, then one closing line
+# tests/database.rs and tests/tls.rs against a throwaway server with pg_idem's SQL edition and
+# TLS on (started here unless PG_IDEM_HTTP_TEST_DSN names a database; PG_IDEM_HTTP_TLS_CA then
+# names its CA), clippy with warnings as errors, and the published form: `cargo package`, then
+# the .crate unpacked in a temporary directory and built there offline (from the registry cache,
+# into the workspace's target dir, so only the crate itself compiles; its bin and example are
+# checked, not linked). Prints cargo's own summaries, then one closing line
 # "N passed, N failed, N skipped" (what clients/test.sh adds up); exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,7 +47,14 @@ unpacked="$(mktemp -d /tmp/pg_idem_http_crate.XXXXXX)"
 # the package holds and that they build, not git state
 if cargo package -q -p pg-idem-http --no-verify --allow-dirty &&
     tar -xzf target/package/pg-idem-http-*.crate -C "$unpacked" &&
-    (cd "$unpacked"/pg-idem-http-* && CARGO_TARGET_DIR="$OLDPWD/target" cargo build -q --offline --bins); then
+    (cd "$unpacked"/pg-idem-http-* &&
+        # the .crate's files carry a fixed old mtime: without this, cargo would take the last
+        # unpacked build's outputs as fresh and check nothing
+        find . -type f -exec touch {} + &&
+        # the library is built; the bin and the example only checked, so that their executables
+        # do not replace the workspace's target/debug ones (same names, other source path)
+        CARGO_TARGET_DIR="$OLDPWD/target" cargo build -q --offline --lib &&
+        CARGO_TARGET_DIR="$OLDPWD/target" cargo check -q --offline --bins --examples); then
     passed=$((passed + 1))
 else
     rc=1; failed=$((failed + 1))
