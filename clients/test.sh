@@ -30,7 +30,7 @@ add() {
 
 if [ "$what" = all ] || [ "$what" = packages ]; then
     # each package's tests fail when its copy of contract.json differs from the source
-    for package in python node rust; do
+    for package in python node rust java; do
         echo "== clients/$package: tests"
         # indented: scripts/test.sh counts cargo's "test result:" lines when a step prints any,
         # and this step's count is the last line below

@@ -35,6 +35,12 @@ RUN = {
     "fastify": (["node", "app.js"],
                 "CREATE TABLE payments (id bigserial PRIMARY KEY, tenant text, amount bigint)",
                 "/payments"),
+    # java's source-file mode compiles and runs App.java; the jars as clients/java/setup.sh leaves them
+    "servlet": (["java", "-cp", ":".join([str(ROOT / "clients/java/build/pg-idem-http-0.1.0.jar")] + [
+                    f"/usr/share/java/{jar}.jar" for jar in
+                    ("tomcat10-embed-core", "jakarta-annotation-api", "postgresql")]), "App.java"],
+                "CREATE TABLE payments (id bigserial PRIMARY KEY, tenant text, amount bigint)",
+                "/payments"),
     "axum": ([str(ROOT / "target" / "debug" / "examples" / "quickstart")],
              "CREATE TABLE orders (id bigserial PRIMARY KEY, idem_key text, body text)",
              "/orders"),

@@ -66,7 +66,9 @@ pg_stop() {
 # pg_bouncer_start DIR PORT DBNAME POOL_SIZE: a PgBouncer (Debian's pgbouncer) of its own in
 # transaction mode, in DIR, on a free port of 127.0.0.1 and no Unix socket, in front of the
 # server on PORT, serving DBNAME to the postgres user (trust); Debian's pgbouncer service (port
-# 6432) is neither used nor disturbed. Sets BOUNCER_PORT and BOUNCER_PID (kill it when done).
+# 6432) is neither used nor disturbed. It ignores the startup parameter extra_float_digits, which
+# JDBC (PgJDBC) always sends, as PgBouncer's FAQ advises. Sets BOUNCER_PORT and BOUNCER_PID (kill
+# it when done).
 pg_bouncer_start() {
     local dir="$1" port="$2" dbname="$3" pool_size="$4"
     mkdir -p "$dir"
@@ -84,6 +86,7 @@ pg_bouncer_start() {
         "pool_mode = transaction" \
         "default_pool_size = $pool_size" \
         "max_client_conn = 400" \
+        "ignore_startup_parameters = extra_float_digits" \
         "logfile = $dir/pgbouncer.log" >"$dir/pgbouncer.ini"
     if [ "$(id -u)" = 0 ]; then
         chown -R postgres "$dir"

@@ -3,32 +3,77 @@
 // handler's response (complete / fail_final + COMMIT, or ROLLBACK / release). The Express and
 // Fastify glue only capture requests and responses as {status, headers, body: Buffer}.
 const core = require('./core');
+const { record } = require('./outcomes');
+const { locateOn, checkRequest, reject, claim, store, TransactionEndedError, PgIdemSetupError } = require('./transaction');
+const { handleFor } = require('./handle');
 
-const { defaults, sql } = core.contract;
+const { defaults } = core.contract;
 
-/** Per-route options merged over the contract's defaults. */
+/**
+ * Per-route options merged over the contract's defaults. Refuses, at configuration, a route
+ * without a tenant (a `tenant` hook, or `singleTenant` naming the one tenant every caller
+ * shares), both at once, and a stored-header allow-list naming a never-stored header.
+ */
 function resolveOptions(options = {}) {
   if (!options.pool || typeof options.pool.connect !== 'function') {
     throw new TypeError('pg-idem-http: options.pool must be a pg.Pool');
   }
+  const hook = options.tenant;
+  const single = options.singleTenant;
+  if (hook !== undefined && hook !== null && typeof hook !== 'function') {
+    throw new TypeError('pg-idem-http: options.tenant must be a function (req) => tenant');
+  }
+  if (hook && single !== undefined && single !== null) {
+    throw new TypeError('pg-idem-http: give either a tenant hook or singleTenant, not both');
+  }
+  if (!hook && (typeof single !== 'string' || single === '')) {
+    throw new TypeError(
+      'pg-idem-http: a tenant is required: options.tenant = (req) => the caller\'s tenant from your auth, ' +
+        "or singleTenant: 'name' when every caller shares one namespace",
+    );
+  }
+  const storedHeaders = options.storedHeaders ?? defaults.stored_headers;
   return {
     pool: options.pool,
+    schema: options.schema ?? null,
     method: options.method ? String(options.method).toUpperCase() : undefined,
-    route: options.route,
+    route: options.route ? core.routeTemplate(options.route) : undefined,
     required: options.required !== false,
     ttl: options.ttl ?? null,
     lease: options.lease ?? null,
     fields: options.fields ? [...options.fields] : null,
-    tenant: options.tenant,
+    tenant: hook || (() => single),
+    singleTenant: hook ? null : single,
     keyHeader: options.keyHeader ?? defaults.key_header,
     replayHeader: options.replayHeader ?? defaults.replay_header,
-    storedHeaders: options.storedHeaders ?? defaults.stored_headers,
+    storedHeaders,
+    allow: core.allowList(storedHeaders), // throws on a never-stored name
     statementTimeoutMs: options.statementTimeoutMs ?? defaults.statement_timeout_ms,
     idleInTransactionTimeoutMs: options.idleInTransactionTimeoutMs ?? defaults.idle_in_transaction_timeout_ms,
     retryAfterSeconds: options.retryAfterSeconds ?? defaults.retry_after_seconds,
     limit: options.limit ?? core.contract.defaults.max_body_bytes,
     log: options.log ?? ((err) => console.error('pg-idem-http:', err)),
   };
+}
+
+// pool -> Map(schema option -> Promise<{schema, version}>): located once per pool
+const located = new WeakMap();
+
+/**
+ * pg_idem's schema and version for a pool, found once (in a short transaction of its own) and
+ * remembered; a failure is not remembered (the database may come back), a PgIdemSetupError says
+ * the application must not start: await it before listening (the Fastify plugin does on ready).
+ */
+function locate(pool, { schema = null } = {}) {
+  if (!located.has(pool)) located.set(pool, new Map());
+  const byOption = located.get(pool);
+  const id = schema ?? '';
+  if (!byOption.has(id)) {
+    const promise = shortTransaction(pool, (conn) => locateOn(conn, { schema }));
+    byOption.set(id, promise);
+    promise.catch(() => byOption.delete(id));
+  }
+  return byOption.get(id);
 }
 
 /**
@@ -106,18 +151,20 @@ async function shortTransaction(pool, fn) {
 }
 
 /**
- * Starts a request: parses the key, claims it. Returns {response} to send at once (an error, a
- * replay, in_progress, ...) or {attempt} whose handler is to run.
- * input: {method, route, keyHeader (raw header value or undefined), tenant, body (Buffer)}
+ * Starts a request: checks tenant and key, claims it. Returns {response} to send at once (an
+ * error, a replay, in_progress, ...) or {attempt} whose handler is to run.
+ * input: {method, route, target (raw request target), keyHeader (raw value or undefined),
+ * tenant (the hook's answer), body (Buffer)}
  */
 async function start(cfg, input) {
-  const key = core.parseKey(input.keyHeader);
-  if (key === null) return { response: core.errorResponse('key_invalid') };
-  const tenant = input.tenant === undefined || input.tenant === null ? defaults.tenant : String(input.tenant);
   const method = (cfg.method || input.method).toUpperCase();
   const route = cfg.route || input.route;
+  const details = { method, route };
+  const checked = checkRequest({ tenant: input.tenant, keyHeader: input.keyHeader, required: cfg.required }, details);
+  if (checked.response) return { response: checked.response };
+  const { tenant, key } = checked;
   if (key === undefined) {
-    if (cfg.required) return { response: core.errorResponse('key_missing') };
+    // an optional key that is missing: a plain transaction, no claim (and no outcome)
     const attempt = new Attempt(cfg, { mode: 'plain', tenant, key: null });
     if (!cfg.lease) {
       // transaction-mode handlers use req.idem.client right away
@@ -130,66 +177,60 @@ async function start(cfg, input) {
     return { attempt };
   }
 
-  const params = [
-    tenant,
-    method,
-    route,
-    key,
-    core.toBuffer(input.body),
-    cfg.lease,
-    cfg.ttl,
-    String(cfg.statementTimeoutMs),
-    String(cfg.idleInTransactionTimeoutMs),
-  ];
-  if (cfg.fields) params.push(cfg.fields);
-
   let conn;
-  let row;
+  let result;
   try {
+    const { schema } = await locate(cfg.pool, { schema: cfg.schema });
     conn = await Conn.open(cfg.pool);
     await conn.query('BEGIN');
-    ({
-      rows: [row],
-    } = await conn.query(core.claimSql(cfg.fields), params));
+    result = await claim(conn, {
+      schema,
+      tenant,
+      method,
+      route,
+      target: input.target,
+      keyHeader: input.keyHeader,
+      body: input.body,
+      fields: cfg.fields,
+      ttl: cfg.ttl,
+      lease: cfg.lease,
+      statementTimeoutMs: cfg.statementTimeoutMs,
+      idleInTransactionTimeoutMs: cfg.idleInTransactionTimeoutMs,
+      retryAfterSeconds: cfg.retryAfterSeconds,
+      replayHeader: cfg.replayHeader,
+    });
   } catch (err) {
+    if (!conn) record('database_error', { ...details, tenant, key }); // claim() counts its own
     if (conn) {
       await conn.rollback();
       conn.release();
     }
+    if (err instanceof PgIdemSetupError) {
+      cfg.log(err); // the application should not have started: a 500, not a 503 to retry
+      return { response: core.errorResponse('internal_error') };
+    }
     return { response: errorFor(cfg, err) };
   }
 
-  if (row.outcome === 'claimed') {
-    if (!cfg.lease) return { attempt: new Attempt(cfg, { mode: 'transaction', tenant, key, row, conn }) };
+  if (result.outcome === 'claimed') {
+    const c = result.claim;
+    if (!cfg.lease) return { attempt: new Attempt(cfg, { mode: 'transaction', claim: c, conn }) };
     // lease mode: the claim is committed at once, so others see it and its lease
     try {
       await conn.commit();
     } catch (err) {
       await conn.rollback();
+      record('database_error', { ...details, tenant, key });
       return { response: errorFor(cfg, err) };
     } finally {
       conn.release();
     }
-    return { attempt: new Attempt(cfg, { mode: 'lease', tenant, key, row }) };
+    return { attempt: new Attempt(cfg, { mode: 'lease', claim: c }) };
   }
-
   // every other outcome changes nothing
   await conn.rollback();
   conn.release();
-  switch (row.outcome) {
-    case 'completed':
-    case 'failed':
-      return { response: core.replayResponse(row.response_code, row.response_body, cfg.replayHeader) };
-    case 'in_progress':
-      return { response: core.errorResponse('in_progress', { retryAfter: row.retry_after ?? cfg.retryAfterSeconds }) };
-    case 'mismatch':
-      return { response: core.errorResponse('mismatch') };
-    case 'stale_key':
-      return { response: core.errorResponse('stale_key') };
-    default:
-      cfg.log(new Error(`unexpected claim outcome ${row.outcome}`));
-      return { response: core.errorResponse('internal_error') };
-  }
+  return { response: result.response };
 }
 
 function errorFor(cfg, err) {
@@ -202,21 +243,30 @@ const isLeaseLost = (err) => core.sqlstateOf(err) === '55000';
 
 /** One claimed (or key-less) request between its claim and its response. */
 class Attempt {
-  constructor(cfg, { mode, tenant, key, row, conn }) {
+  constructor(cfg, { mode, tenant, key, claim, conn }) {
     this.cfg = cfg;
     this.mode = mode;
-    this.tenant = tenant;
-    this.key = key;
-    this.scopedKey = row ? row.scoped_key : null;
-    this.fence = row ? row.fence : null; // int8 as the string pg returns: passed back as is
-    this.attemptNo = row ? row.attempt : null;
-    this.checkpointPhase = row ? row.checkpoint_phase : null;
-    this.checkpointData = row && row.checkpoint_data !== null ? JSON.parse(row.checkpoint_data) : null;
+    this.claim = claim || null;
+    this.tenant = claim ? claim.tenant : tenant;
+    this.key = claim ? claim.key : key;
+    this.scopedKey = claim ? claim.scopedKey : null;
+    this.fence = claim ? claim.fence : null;
+    this.attemptNo = claim ? claim.attempt : null;
+    this.checkpointPhase = claim ? claim.checkpointPhase : null;
+    this.checkpointData = claim ? claim.checkpointData : null;
+    this.details = claim ? { method: claim.method, route: claim.route, tenant: claim.tenant, key: claim.key } : null;
     this.conn = conn || null;
+    this.handle = conn ? handleFor(conn.client) : null;
     this.override = null; // an error response that replaces whatever the handler answers
+    this.overrideOutcome = null;
     this.settled = false;
     this.downstream = new Map();
     this.ctx = this.buildContext();
+  }
+
+  /** Records the request's final outcome (a claimed one only: plain requests have none). */
+  outcome(name, status) {
+    if (this.details) record(name, { ...this.details, status });
   }
 
   errorFor(err) {
@@ -235,8 +285,9 @@ class Attempt {
       attempt: this.attemptNo,
       checkpointPhase: this.checkpointPhase,
       checkpointData: this.checkpointData,
+      // the handle: query() on the transaction's connection; commit, rollback and release throw
       get client() {
-        return self.conn ? self.conn.client : null;
+        return self.conn ? self.handle : null;
       },
       begin: () => this.begin(),
       transaction: () => this.begin(),
@@ -254,9 +305,10 @@ class Attempt {
    */
   async begin() {
     if (this.settled) throw new Error('pg-idem-http: the response was already settled');
-    if (this.conn) return this.conn.client;
+    if (this.conn) return this.handle;
     this.conn = await this.open();
-    return this.conn.client;
+    this.handle = handleFor(this.conn.client);
+    return this.handle;
   }
 
   async open() {
@@ -264,7 +316,7 @@ class Attempt {
     try {
       conn = await Conn.open(this.cfg.pool);
       await conn.query('BEGIN');
-      if (this.mode === 'lease') await conn.query(sql.assert_fence, [this.tenant, this.scopedKey, this.fence]);
+      if (this.mode === 'lease') await conn.query(core.statement('assert_fence', this.claim.schema), [this.tenant, this.scopedKey, this.fence]);
     } catch (err) {
       if (conn) {
         await conn.rollback();
@@ -281,8 +333,13 @@ class Attempt {
   noteError(err, lost = false) {
     if (this.override) return;
     const retryAfter = this.cfg.retryAfterSeconds;
-    if (isLeaseLost(err) && this.mode === 'lease') this.override = core.errorResponse('lease_lost', { retryAfter });
-    else if (lost || !core.sqlstateOf(err)) this.override = core.errorResponse('unavailable', { retryAfter });
+    if (isLeaseLost(err) && this.mode === 'lease') {
+      this.override = core.errorResponse('lease_lost', { retryAfter });
+      this.overrideOutcome = 'lease_lost';
+    } else if (lost || !core.sqlstateOf(err)) {
+      this.override = core.errorResponse('unavailable', { retryAfter });
+      this.overrideOutcome = 'database_error';
+    }
   }
 
   requireLease(what) {
@@ -303,7 +360,7 @@ class Attempt {
     const name = String(step);
     if (!this.downstream.has(name)) {
       // a short transaction, as every statement behind a transaction pooler
-      const promise = shortTransaction(this.cfg.pool, (conn) => conn.query(sql.downstream_key, [this.tenant, this.scopedKey, name]));
+      const promise = shortTransaction(this.cfg.pool, (conn) => conn.query(core.statement('downstream_key', this.claim.schema), [this.tenant, this.scopedKey, name]));
       this.downstream.set(name, promise.then((r) => Object.values(r.rows[0])[0]));
       promise.catch(() => this.downstream.delete(name));
     }
@@ -313,12 +370,12 @@ class Attempt {
   async checkpoint(phase, data) {
     this.requireLease('checkpoint');
     const json = data === undefined || data === null ? null : JSON.stringify(data);
-    await this.leaseCall(sql.checkpoint, [this.tenant, this.scopedKey, this.fence, phase, json]);
+    await this.leaseCall(core.statement('checkpoint', this.claim.schema), [this.tenant, this.scopedKey, this.fence, phase, json]);
   }
 
   async heartbeat(lease) {
     this.requireLease('heartbeat');
-    const { rows } = await this.leaseCall(sql.heartbeat, [this.tenant, this.scopedKey, this.fence, lease ?? this.cfg.lease]);
+    const { rows } = await this.leaseCall(core.statement('heartbeat', this.claim.schema), [this.tenant, this.scopedKey, this.fence, lease ?? this.cfg.lease]);
     return rows[0] ? Object.values(rows[0])[0] : null; // the new lease_expires_at
   }
 
@@ -338,7 +395,9 @@ class Attempt {
       if (conn) await conn.rollback();
       if (conn && conn.lost) this.noteError(conn.lost, true);
       if (this.mode === 'lease' && !(this.override && this.override.status === 409)) await this.releaseKey();
-      return this.override || response;
+      const out = this.override || response;
+      this.outcome(this.overrideOutcome || 'rolled_back', out.status);
+      return out;
     } finally {
       if (conn) conn.release();
     }
@@ -352,18 +411,24 @@ class Attempt {
         this.noteError(conn.lost, true);
         throw conn.lost;
       }
-      if (this.mode !== 'plain') {
-        const envelope = JSON.stringify(core.buildEnvelope(response.headers, response.body, this.cfg.storedHeaders));
-        const statement = response.status < 400 ? sql.complete : sql.fail_final;
-        await conn.query(statement, [this.tenant, this.scopedKey, this.fence, response.status, envelope]);
-      }
+      // transaction mode: guarded by the claim's txid; lease mode: the claim committed long ago,
+      // the fence guards the completion transaction
+      if (this.mode !== 'plain') await store(conn, this.claim, response, this.cfg.allow, this.mode === 'lease' ? null : this.claim.txid);
       if (conn) await conn.commit();
+      this.outcome('stored', response.status);
       return response;
     } catch (err) {
       if (conn) await conn.rollback();
+      if (err instanceof TransactionEndedError) {
+        this.cfg.log(err); // an error of the handler's code: it must be seen
+        this.outcome('transaction_ended', err.response.status);
+        return err.response;
+      }
       this.noteError(err, Boolean(conn && conn.lost));
       if (this.mode === 'lease' && !isLeaseLost(err)) await this.releaseKey();
-      return this.override || this.errorFor(err);
+      const out = this.override || this.errorFor(err);
+      this.outcome(this.overrideOutcome || 'database_error', out.status);
+      return out;
     } finally {
       if (opened) opened.release();
     }
@@ -373,7 +438,7 @@ class Attempt {
   async releaseKey() {
     if (this.mode !== 'lease') return;
     try {
-      await shortTransaction(this.cfg.pool, (conn) => conn.query(sql.release, [this.tenant, this.scopedKey, this.fence]));
+      await shortTransaction(this.cfg.pool, (conn) => conn.query(core.statement('release', this.claim.schema), [this.tenant, this.scopedKey, this.fence]));
     } catch (err) {
       // lost already, or the database is away: the lease expires by itself
       if (!isLeaseLost(err)) this.cfg.log(err);
@@ -387,4 +452,4 @@ class Attempt {
   }
 }
 
-module.exports = { resolveOptions, start, Attempt, Conn };
+module.exports = { resolveOptions, locate, start, reject, Attempt, Conn };

@@ -7,24 +7,33 @@ const engine = require('./engine');
 const kException = Symbol('pg-idem-http.exception');
 
 /**
- * idempotency({ pool, ...route options }) -> Express middleware, for one route:
- *   app.post('/payments', idempotency({ pool }), async (req, res) => { ... req.idem.client ... })
+ * idempotency({ pool, tenant, ...route options }) -> Express middleware, for one route:
+ *   app.post('/payments', idempotency({ pool, tenant: (req) => req.user.account }), handler)
+ * Express has no start hook: await locate(pool) before app.listen() to refuse to start when
+ * pg_idem is missing or too old (else the first request finds out, and answers 500).
  */
 function idempotency(options) {
   const cfg = engine.resolveOptions(options);
   return async function pgIdemHttp(req, res, next) {
+    const route = cfg.route || (req.route ? core.routeTemplate(req.baseUrl + req.route.path) : req.baseUrl + req.path);
     let body;
     try {
       body = await readRawBody(req, cfg.limit);
     } catch (err) {
-      if (err.status === 413) return send(res, core.errorResponse('payload_too_large'));
+      if (err.status === 413) return send(res, engine.reject('payload_too_large', { method: req.method, route }).response);
       return next(err);
     }
     const parsed = parseBody(req, body);
-    const tenant = cfg.tenant ? await cfg.tenant(req) : undefined;
+    let tenant;
+    try {
+      tenant = await cfg.tenant(req);
+    } catch (err) {
+      return next(err); // the hook's own answer (an auth error, say)
+    }
     const { response, attempt } = await engine.start(cfg, {
       method: req.method,
-      route: req.route ? core.routeTemplate(req.baseUrl + req.route.path) : req.baseUrl + req.path,
+      route,
+      target: req.originalUrl, // as received: Express decodes nothing in it
       keyHeader: req.get(cfg.keyHeader),
       tenant,
       body,
@@ -40,7 +49,7 @@ function idempotency(options) {
     hold(res, async (captured, release) => {
       const out = await attempt.settle(captured, req.idem[kException]);
       release();
-      send(res, out);
+      send(res, out, out === captured);
     });
     next();
   };
@@ -127,15 +136,13 @@ function hold(res, done) {
 }
 
 /** Sends {status, headers, body}: replaces the headers when the response is not the handler's. */
-function send(res, response) {
+function send(res, response, own = false) {
   if (res.headersSent) return;
-  const own = response.headers;
-  const current = res.getHeaderNames().map((name) => [name, res.getHeader(name)]);
-  const same = own.length === current.length && own.every(([n, v], i) => current[i][0] === n && current[i][1] === v);
-  if (!same) {
+  if (!own) {
     res.statusMessage = undefined; // Node picks the reason phrase of the new status
     for (const name of res.getHeaderNames()) res.removeHeader(name);
-    for (const [name, value] of own) res.setHeader(name, value);
+    // a name given more than once: one header line per value, in order
+    for (const [name, values] of core.groupHeaders(response.headers)) res.setHeader(name, values.length === 1 ? values[0] : values);
   }
   res.statusCode = response.status;
   const noBody = response.status === 204 || response.status === 304 || response.status < 200;

@@ -17,6 +17,8 @@ const kException = Symbol('pg-idem-http.exception');
  * overrides them per route.
  */
 function pgIdemHttp(fastify, shared, done) {
+  // refuse to start (app.ready(), app.listen() reject) when pg_idem is missing or too old
+  if (shared && shared.pool) fastify.addHook('onReady', () => engine.locate(shared.pool, { schema: shared.schema ?? null }).then(() => {}));
   fastify.decorateRequest('idem', null);
   fastify.decorateRequest('rawBody', null);
   fastify.addHook('onRoute', (route) => {
@@ -47,10 +49,8 @@ function keepRawBody(cfg) {
       size += chunk.length;
       if (size > cfg.limit) {
         // the contract's 413, not Fastify's error shape; the rest of the body is not read
-        const r = core.errorResponse('payload_too_large');
-        reply.code(r.status);
-        for (const [name, value] of r.headers) reply.header(name, value);
-        reply.send(r.body);
+        const r = engine.reject('payload_too_large', { method: request.method, route: cfg.route || core.routeTemplate(request.routeOptions.url) }).response;
+        sendResponse(reply, r);
         return reply;
       }
       chunks.push(chunk);
@@ -65,19 +65,16 @@ function keepRawBody(cfg) {
 
 function claim(cfg, template) {
   return async function pgIdemClaim(request, reply) {
-    const tenant = cfg.tenant ? await cfg.tenant(request) : undefined;
+    const tenant = await cfg.tenant(request); // what the hook throws is the answer
     const { response, attempt } = await engine.start(cfg, {
       method: request.method,
       route: template,
+      target: request.raw.url, // as received, not decoded
       keyHeader: request.headers[cfg.keyHeader.toLowerCase()],
       tenant,
       body: request.rawBody || Buffer.alloc(0),
     });
-    if (response) {
-      reply.code(response.status);
-      for (const [name, value] of response.headers) reply.header(name, value);
-      return reply.send(response.body.length ? response.body : undefined);
-    }
+    if (response) return sendResponse(reply, response);
     request[kAttempt] = attempt;
     request.idem = attempt.ctx;
   };
@@ -97,8 +94,19 @@ async function settle(request, reply, payload) {
   // an error response of the contract instead of the handler's
   for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
   reply.code(out.status);
-  for (const [name, value] of out.headers) reply.header(name, value);
+  setHeaders(reply, out.headers);
   return out.body;
+}
+
+// a name given more than once: one header line per value, in order
+function setHeaders(reply, pairs) {
+  for (const [name, values] of core.groupHeaders(pairs)) reply.header(name, values.length === 1 ? values[0] : values);
+}
+
+function sendResponse(reply, response) {
+  reply.code(response.status);
+  setHeaders(reply, response.headers);
+  return reply.send(response.body.length ? response.body : undefined);
 }
 
 async function cleanUp(request) {

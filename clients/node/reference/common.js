@@ -3,7 +3,7 @@
 // arguments, the pool, the tables, body validation and the response templates of contract.json.
 const { parseArgs } = require('node:util');
 const pg = require('pg');
-const { contract } = require('..');
+const { contract, locate, outcomeCounts } = require('..');
 
 const ref = contract.reference_app;
 
@@ -27,8 +27,11 @@ async function createTables(p) {
     await client.query('BEGIN');
     // apps started at once would race on CREATE TABLE IF NOT EXISTS (23505 on pg_type)
     await client.query("SELECT pg_advisory_xact_lock(hashtext('pg-idem-http reference tables'))");
-    await client.query('CREATE TABLE IF NOT EXISTS payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL)');
-    await client.query('CREATE TABLE IF NOT EXISTS payouts (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL)');
+    // named with their schema in every statement (CONTRACT.md): the first schema of the
+    // conformance suite's search_path belongs to another role
+    await client.query('CREATE TABLE IF NOT EXISTS public.payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL)');
+    await client.query('ALTER TABLE public.payments ADD COLUMN IF NOT EXISTS order_id bigint');
+    await client.query('CREATE TABLE IF NOT EXISTS public.payouts (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL)');
     await client.query('COMMIT');
   } catch (err) {
     await client.query('ROLLBACK').catch(() => {});
@@ -38,18 +41,38 @@ async function createTables(p) {
   }
 }
 
-// The package's options shared by both routes; /payouts adds the lease (lease mode).
+/** Refuses to start when pg_idem is missing, overloaded or too old (before listening). */
+const checkPgIdem = (p) => locate(p);
+
+// The package's options shared by every route; /payouts adds the lease (lease mode). The tenant
+// hook: the X-Tenant header (a real app takes it from its auth); missing, the package answers
+// 400 tenant_missing before any claim.
 function packageOptions(p) {
   return {
     pool: p,
     tenant: (req) => req.headers['x-tenant'],
+    storedHeaders: ref.stored_headers,
     statementTimeoutMs: ref.statement_timeout_ms,
     idleInTransactionTimeoutMs: ref.idle_in_transaction_timeout_ms,
   };
 }
 const payoutLease = ref.payout_lease;
+// `/orders/{order_id}/pay` as Express and Fastify write it
+const orderRoute = ref.order_route.replace(/\{(\w+)\}/g, ':$1');
 
-const tenantMissing = Buffer.from(JSON.stringify({ error: 'tenant_missing', message: 'X-Tenant header required' }));
+/** GET /_pg_idem/outcomes: every outcome's count since the app started. */
+const outcomesResponse = () => ({
+  status: 200,
+  headers: [['Content-Type', 'application/json']],
+  body: Buffer.from(JSON.stringify(outcomeCounts())),
+});
+
+/** [[name, value]] -> Map(name -> [values]): a name given twice (Link) is sent as two lines. */
+function groupHeaders(pairs) {
+  const grouped = new Map();
+  for (const [name, value] of pairs) grouped.set(name, [...(grouped.get(name) || []), value]);
+  return grouped;
+}
 
 /** The parsed body, or null when it is not a JSON object with an integer amount. */
 function validate(body) {
@@ -80,19 +103,21 @@ function failTransientlyOnce(tenant, key) {
   return true;
 }
 
+const json = [['Content-Type', 'application/json']];
+
 /**
- * The two handlers, framework-neutral: each returns {status, headers, body}. idem is
- * req.idem / request.idem.
+ * The handlers, framework-neutral: each returns {status, headers: [[name, value]], body}. idem
+ * is req.idem / request.idem.
  */
 async function payment(idem, body) {
   const input = validate(body);
-  if (!input) return { status: 400, headers: { 'Content-Type': 'application/json' }, body: badRequest };
+  if (!input) return { status: 400, headers: json, body: badRequest };
   if (input.fail === 'final') {
-    return { status: 402, headers: { 'Content-Type': 'application/json' }, body: fill(ref.declined_json, { amount: input.amount }) };
+    return { status: 402, headers: json, body: fill(ref.declined_json, { amount: input.amount }) };
   }
   const {
     rows: [row],
-  } = await idem.client.query('INSERT INTO payments (tenant, idem_key, amount) VALUES ($1, $2, $3) RETURNING id', [
+  } = await idem.client.query('INSERT INTO public.payments (tenant, idem_key, amount) VALUES ($1, $2, $3) RETURNING id', [
     idem.tenant,
     idem.key,
     input.amount,
@@ -101,23 +126,45 @@ async function payment(idem, body) {
   if (input.fail === 'transient' && failTransientlyOnce(idem.tenant, idem.key)) {
     throw new Error('injected transient failure');
   }
+  if (input.commit === 'api') idem.client.commit(); // refused by the package: throws, 500
+  if (input.commit === 'sql') await idem.client.query('COMMIT'); // caught by the txid guard: 500
   const values = { id: row.id, amount: input.amount };
-  const headers = { Location: `/payments/${row.id}` };
+  const headers = [['Location', `/payments/${row.id}`]];
+  if (input.set_cookie === true) headers.push(['Set-Cookie', ref.cookie]);
+  if (input.links === true) for (const link of ref.links) headers.push(['Link', link]);
   if (input.format === 'text') {
-    return { status: 201, headers: { 'Content-Type': 'text/plain; charset=utf-8', ...headers }, body: fill(ref.payment_text, values) };
+    return { status: 201, headers: [['Content-Type', 'text/plain; charset=utf-8'], ...headers], body: fill(ref.payment_text, values) };
   }
-  return { status: 201, headers: { 'Content-Type': 'application/json', ...headers }, body: fill(ref.payment_json, values) };
+  return { status: 201, headers: [...json, ...headers], body: fill(ref.payment_json, values) };
+}
+
+async function orderPayment(idem, orderId, body) {
+  const input = validate(body);
+  if (!input) return { status: 400, headers: json, body: badRequest };
+  const {
+    rows: [row],
+  } = await idem.client.query('INSERT INTO public.payments (tenant, idem_key, amount, order_id) VALUES ($1, $2, $3, $4) RETURNING id', [
+    idem.tenant,
+    idem.key,
+    input.amount,
+    orderId,
+  ]);
+  return {
+    status: 201,
+    headers: [...json, ['Location', `/payments/${row.id}`]],
+    body: fill(ref.payment_json, { id: row.id, amount: input.amount }),
+  };
 }
 
 async function payout(idem, body) {
   const input = validate(body);
-  if (!input) return { status: 400, headers: { 'Content-Type': 'application/json' }, body: badRequest };
+  if (!input) return { status: 400, headers: json, body: badRequest };
   const bankRef = await idem.downstreamKey('bank');
   await sleep(Number(input.sleep_ms)); // the "external call", outside any transaction
   const client = await idem.begin(); // the completion transaction, under the fence
   const {
     rows: [row],
-  } = await client.query('INSERT INTO payouts (tenant, idem_key, amount, attempt) VALUES ($1, $2, $3, $4) RETURNING id', [
+  } = await client.query('INSERT INTO public.payouts (tenant, idem_key, amount, attempt) VALUES ($1, $2, $3, $4) RETURNING id', [
     idem.tenant,
     idem.key,
     input.amount,
@@ -125,9 +172,22 @@ async function payout(idem, body) {
   ]);
   return {
     status: 201,
-    headers: { 'Content-Type': 'application/json', Location: `/payouts/${row.id}` },
+    headers: [...json, ['Location', `/payouts/${row.id}`]],
     body: fill(ref.payout_json, { id: row.id, amount: input.amount, attempt: idem.attempt, bank_ref: bankRef }),
   };
 }
 
-module.exports = { options, pool, createTables, packageOptions, payoutLease, tenantMissing, payment, payout };
+module.exports = {
+  options,
+  pool,
+  createTables,
+  checkPgIdem,
+  packageOptions,
+  payoutLease,
+  orderRoute,
+  outcomesResponse,
+  groupHeaders,
+  payment,
+  orderPayment,
+  payout,
+};

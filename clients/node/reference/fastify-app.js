@@ -8,7 +8,6 @@ const common = require('./common');
 async function main() {
   const { dsn, port } = common.options();
   const pool = common.pool(dsn);
-  await common.createTables(pool);
 
   const app = Fastify();
   // a body that is not JSON reaches the handler (as undefined), whose 400 is stored and replayed
@@ -22,22 +21,27 @@ async function main() {
     }
     done(null, value);
   });
-  // the plugin's options are every route's; each route's config turns it on (and adds the lease)
+  // the plugin's options are every route's; each route's config turns it on (and adds the lease).
+  // On ready it locates pg_idem and checks its version: app.listen() rejects when it cannot.
   await app.register(pgIdemHttp, common.packageOptions(pool));
+  app.addHook('onReady', () => common.createTables(pool));
 
-  // before any claim (application hooks run before the route's, so before the claim)
-  app.addHook('preHandler', async (request, reply) => {
-    if (request.headers['x-tenant']) return;
-    return reply.code(400).header('Content-Type', 'application/json').send(common.tenantMissing);
-  });
-  const reply = (res, { status, headers, body }) => res.code(status).headers(headers).send(body);
+  const reply = (res, { status, headers, body }) => {
+    res.code(status);
+    for (const [name, values] of common.groupHeaders(headers)) res.header(name, values.length === 1 ? values[0] : values); // Link twice: two lines
+    return res.send(body);
+  };
 
   app.post('/payments', { config: { idempotency: true } }, async (request, res) =>
     reply(res, await common.payment(request.idem, request.body)),
   );
+  app.post(common.orderRoute, { config: { idempotency: true } }, async (request, res) =>
+    reply(res, await common.orderPayment(request.idem, request.params.order_id, request.body)),
+  );
   app.post('/payouts', { config: { idempotency: { lease: common.payoutLease } } }, async (request, res) =>
     reply(res, await common.payout(request.idem, request.body)),
   );
+  app.get('/_pg_idem/outcomes', async (request, res) => reply(res, common.outcomesResponse()));
 
   await app.listen({ port, host: '127.0.0.1' });
   console.log(`listening on http://127.0.0.1:${app.server.address().port}`);

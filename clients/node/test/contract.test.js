@@ -15,5 +15,5 @@ test('the shipped contract.json is a byte-identical copy of clients/contract.jso
 test('the package reads its own copy', () => {
   const { contract } = require('..');
   assert.deepEqual(contract, JSON.parse(fs.readFileSync(copy, 'utf8')));
-  assert.equal(contract.contract_version, 1);
+  assert.equal(contract.contract_version, 2);
 });

@@ -22,9 +22,9 @@ test('final status vectors', () => {
   for (const { status, final } of vectors.final_status) assert.equal(core.isFinalStatus(status), final, `status ${status}`);
 });
 
-test('envelope vectors: response in, envelope out', () => {
+test('envelope vectors: response in, envelope out (http 2, every value in order)', () => {
   for (const v of vectors.envelope) {
-    const envelope = core.buildEnvelope(v.headers, Buffer.from(v.body_base64, 'base64'));
+    const envelope = core.buildEnvelope(v.headers, Buffer.from(v.body_base64, 'base64'), v.stored_headers);
     assert.deepEqual(envelope, v.envelope);
   }
 });
@@ -35,23 +35,62 @@ test('envelope vectors: replay is the inverse', () => {
     const replay = core.replayResponse(v.status, JSON.stringify(v.envelope));
     assert.equal(replay.status, v.status);
     assert.ok(replay.body.equals(Buffer.from(v.body_base64, 'base64')));
-    const expected = Object.entries(v.envelope.headers);
+    const expected = Object.entries(v.envelope.headers).flatMap(([n, values]) => values.map((x) => [n, x]));
     expected.push([defaults.replay_header, defaults.replay_header_value]);
     assert.deepEqual(replay.headers, expected);
   }
 });
 
-test('a body with a BOM keeps it; strings and Uint8Arrays are bytes too', () => {
-  const bom = Buffer.from([0xef, 0xbb, 0xbf, 0x61]);
-  const envelope = core.buildEnvelope({ 'Content-Type': 'text/plain' }, bom);
-  assert.ok(Buffer.from(envelope.body, 'utf8').equals(bom));
-  assert.equal(core.buildEnvelope([], 'é').body, 'é');
-  assert.equal(core.buildEnvelope([], new Uint8Array([0xff])).body_base64, '/w==');
+test('replay vectors: http 1 and 2, each value a line of its own, never-stored names dropped', () => {
+  for (const v of vectors.replay) {
+    const replay = core.replayResponse(v.response_code, v.response_body);
+    assert.equal(replay.status, v.response_code, v.about);
+    assert.deepEqual(replay.headers, [...v.headers, [defaults.replay_header, defaults.replay_header_value]], v.about);
+    assert.equal(replay.body.toString('base64'), v.body_base64, v.about);
+  }
 });
 
-test('stored headers are configurable and matched case-insensitively', () => {
-  const env = core.buildEnvelope([['X-Trace', 't'], ['Location', '/x']], '', ['x-trace']);
-  assert.deepEqual(env.headers, { 'x-trace': 't' });
+test('an envelope of another http version is refused, not replayed', () => {
+  assert.throws(() => core.replayResponse(200, '{"http": 3, "headers": {}, "body": ""}'), /http 3/);
+});
+
+test('Node header values: an array (appended header) keeps every value in order', () => {
+  const env = core.buildEnvelope([['link', ['<a>', '<b>']], ['Link', '<c>']], '', ['link']);
+  assert.deepEqual(env.headers, { link: ['<a>', '<b>', '<c>'] });
+});
+
+test('never-stored headers: refused in the allow-list at configuration, whatever the case', () => {
+  for (const name of defaults.never_stored_headers) {
+    assert.throws(() => core.allowList(['content-type', name.toUpperCase()]), new RegExp(name));
+  }
+  assert.deepEqual([...core.allowList(['ETag'])], ['etag']);
+});
+
+test('request target vectors', () => {
+  for (const { received, target } of vectors.request_target) {
+    assert.equal(core.normalizeTarget(received), target, `received ${JSON.stringify(received)}`);
+  }
+});
+
+test('version vectors', () => {
+  for (const { installed, ok } of vectors.version) assert.equal(core.versionOk(installed), ok, installed);
+});
+
+test('schema option quoted as quote_ident does', () => {
+  assert.equal(core.quoteIdent('public'), 'public');
+  assert.equal(core.quoteIdent('_x9'), '_x9');
+  assert.equal(core.quoteIdent('My"Schema'), '"My""Schema"');
+  assert.equal(core.quoteIdent('9a'), '"9a"');
+  assert.equal(core.quoteIdent('a-b'), '"a-b"');
+});
+
+test('statements: {schema} replaced everywhere, nothing through search_path', () => {
+  for (const name of Object.keys(contract.sql)) {
+    if (name.startsWith('fingerprint_')) continue;
+    const text = core.statement(name, '"s"', ['amount']);
+    assert.ok(!text.includes('{schema}') && !text.includes('{fingerprint}'), name);
+    for (const m of text.matchAll(/(\S*)idem_\w+\(/g)) assert.ok(m[1].endsWith('"s".') || m[1].endsWith('pg_catalog.'), `${name}: ${m[0]}`);
+  }
 });
 
 test('legacy replay vectors', () => {
@@ -132,10 +171,10 @@ test('the claim statement: the fingerprint expression of each mode, nothing left
   const body = core.claimSql(null);
   assert.ok(body.includes(contract.sql.fingerprint_body));
   assert.ok(!body.includes('{fingerprint}'));
-  assert.ok(!body.includes('$10'));
+  assert.ok(!body.includes('$11'));
   const fields = core.claimSql(['amount']);
   assert.ok(fields.includes(contract.sql.fingerprint_fields));
-  assert.ok(fields.includes('$10::text[]'));
+  assert.ok(fields.includes('$11::pg_catalog.text[]'));
   // the contract's text, nothing re-typed
   assert.equal(body, contract.sql.claim.replace('{fingerprint}', contract.sql.fingerprint_body));
 });

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The package's tests: the contract's vectors (and that its contract.json is the source's copy),
+# the JSON reader, the configuration rules, and the filter over real HTTP (embedded Tomcat,
+# java.net.http) against a throwaway PostgreSQL with pg_idem's SQL edition (started here unless
+# PG_IDEM_HTTP_TEST_DSN names a database); then that the jar carries the classes, contract.json,
+# the licence and the pom a Maven user consumes. Builds first (build.sh, offline). Ends with
+# "N passed, N failed, N skipped" (what clients/test.sh adds up); exits non-zero on any failure.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+cd "$here/../.."
+out="$(mktemp)"
+server=""
+cleanup() {
+    rm -f "$out"
+    [ -z "$server" ] || pg_stop "$server"
+}
+trap cleanup EXIT
+"$here/build.sh" || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+if [ -z "${PG_IDEM_HTTP_TEST_DSN:-}" ]; then
+    # shellcheck source=../../scripts/lib/pg.sh
+    source scripts/lib/pg.sh
+    server="$(mktemp -d /tmp/pg_idem_http_java.XXXXXX)"
+    pg_start "$server" || exit 1
+    python3 scripts/sql_edition.py --out "$server/sql-edition" >/dev/null || exit 1
+    psql -q -v ON_ERROR_STOP=1 -1 -f "$server/sql-edition/pg_idem--0.5.0.sql" >/dev/null || exit 1
+    export PG_IDEM_HTTP_TEST_DSN="postgresql://postgres@127.0.0.1:$PGPORT/postgres"
+fi
+
+J=/usr/share/java
+version="$(sed -n 's#^  <version>\(.*\)</version>#\1#p' "$here/pom.xml" | head -n 1)"
+jar="$here/build/pg-idem-http-$version.jar"
+rc=0
+java -Dpgidem.contract="$here/../contract.json" -jar "$J/junit-platform-console-standalone.jar" \
+    --class-path "$here/build/test-classes:$jar:$here/build/reference.jar:$J/tomcat10-embed-core.jar:$J/postgresql.jar" \
+    --scan-class-path --disable-banner --disable-ansi-colors --details=tree 2>&1 | tee "$out"
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+# [        19 tests successful      ]
+count() { sed -n "s/^\[ *\([0-9]*\) tests $1 *\]$/\1/p" "$out" | tail -n 1; }
+passed="$(count successful)"
+failed="$(count failed)"
+skipped="$(count skipped)"
+aborted="$(count aborted)"
+passed="${passed:-0}" failed="$(( ${failed:-0} + ${aborted:-0} ))" skipped="${skipped:-0}"
+[ "$rc" = 0 ] || [ "$failed" -gt 0 ] || failed=1   # the runner failed without a failed test
+
+# the artifact: classes, the contract, the licence and the pom (no Debian paths in it)
+check() {
+    if eval "$2"; then passed=$((passed + 1)); echo "ok: $1"; else failed=$((failed + 1)); rc=1; echo "FAILED: $1"; fi
+}
+listing="$(jar --list --file "$jar" 2>/dev/null)"
+check "the jar holds the filter" 'grep -qx "io/github/pgidem/http/IdempotencyFilter.class" <<<"$listing"'
+check "the jar holds contract.json" 'grep -qx "io/github/pgidem/http/contract.json" <<<"$listing"'
+check "the jar holds the licence" 'grep -qx "META-INF/LICENSE" <<<"$listing"'
+check "the jar holds the pom" 'grep -qx "META-INF/maven/io.github.pg-idem/pg-idem-http/pom.xml" <<<"$listing"'
+check "the pom names the licence PostgreSQL, Java 17, the servlet API provided, no Debian path" \
+    'grep -q "<name>PostgreSQL</name>" "$here/pom.xml" && grep -q "<maven.compiler.release>17<" "$here/pom.xml" &&
+     grep -A3 "<artifactId>jakarta.servlet-api</artifactId>" "$here/pom.xml" | grep -q "<scope>provided</scope>" &&
+     ! grep -q "/usr/share" "$here/pom.xml"'
+check "the only compile dependency is the servlet API" \
+    '[ "$(grep -c "<scope>provided</scope>\|<scope>test</scope>" "$here/pom.xml")" = "$(grep -c "<dependency>" "$here/pom.xml")" ]'
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$rc" = 0 ] && [ "$failed" = 0 ]
