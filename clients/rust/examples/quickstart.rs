@@ -32,21 +32,17 @@ async fn send_payout(lease: Lease) -> Result<(StatusCode, String), IdemError> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pool = Pool::from_dsn(&std::env::var("DATABASE_URL")?)?; // a PostgreSQL URI
-    let idem = IdemLayer::new(pool).tenant(|parts| {
-        // your auth decides the tenant; an Err is sent as is, before any claim
-        parts
-            .headers
-            .get("x-tenant")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-            .ok_or(StatusCode::UNAUTHORIZED)
+    let idem = IdemLayer::builder(pool).tenant(|parts| {
+        // your auth decides the tenant; None (or "") is 400 tenant_missing, before any claim
+        let tenant = parts.headers.get("x-tenant")?.to_str().ok()?;
+        Some(tenant.to_owned())
     });
+    // build() checks pg_idem in the database (found, recent enough) and refuses to start if not
+    let orders = idem.clone().build().await?;
+    let payouts = idem.lease("30 seconds").build().await?;
     let app = Router::new()
-        .route("/orders", post(create_order).layer(idem.clone()))
-        .route(
-            "/payouts",
-            post(send_payout).layer(idem.lease("30 seconds")),
-        );
+        .route("/orders", post(create_order).layer(orders))
+        .route("/payouts", post(send_payout).layer(payouts));
     let port = std::env::var("PORT").unwrap_or_else(|_| "8080".to_owned());
     let listener = tokio::net::TcpListener::bind(format!("127.0.0.1:{port}")).await?;
     axum::serve(listener, app).await?;

@@ -21,6 +21,10 @@ pub struct Contract {
     pub sql: Sql,
     pub vectors: serde_json::Value,
     pub reference_app: ReferenceApp,
+    /// The lowest pg_idem this contract's SQL runs on (`MAJOR.MINOR.PATCH`).
+    pub min_pg_idem_version: String,
+    /// Every outcome a request can end in, counted and reported.
+    pub outcomes: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -29,7 +33,8 @@ pub struct Defaults {
     pub replay_header: String,
     pub replay_header_value: String,
     pub stored_headers: Vec<String>,
-    pub tenant: String,
+    /// Names no configuration can store or replay.
+    pub never_stored_headers: Vec<String>,
     pub max_key_length: usize,
     pub max_body_bytes: usize,
     pub retry_after_seconds: u32,
@@ -56,6 +61,8 @@ pub struct ErrorSpec {
 
 #[derive(Debug, Deserialize)]
 pub struct Sql {
+    pub locate: String,
+    pub version: String,
     pub claim: String,
     pub fingerprint_body: String,
     pub fingerprint_fields: String,
@@ -77,6 +84,10 @@ pub struct ReferenceApp {
     pub payment_text: String,
     pub declined_json: String,
     pub payout_json: String,
+    pub order_route: String,
+    pub cookie: String,
+    pub links: Vec<String>,
+    pub stored_headers: Vec<String>,
 }
 
 /// The parsed contract; a malformed embedded copy is a build defect, caught by the unit tests.
@@ -85,16 +96,4 @@ pub fn contract() -> &'static Contract {
     CONTRACT.get_or_init(|| {
         serde_json::from_str(CONTRACT_JSON).expect("embedded contract.json is malformed")
     })
-}
-
-/// The claim statement with the chosen fingerprint expression in place of `{fingerprint}`.
-pub(crate) fn claim_sql(by_fields: bool) -> &'static str {
-    static BODY: OnceLock<String> = OnceLock::new();
-    static FIELDS: OnceLock<String> = OnceLock::new();
-    let sql = &contract().sql;
-    if by_fields {
-        FIELDS.get_or_init(|| sql.claim.replace("{fingerprint}", &sql.fingerprint_fields))
-    } else {
-        BODY.get_or_init(|| sql.claim.replace("{fingerprint}", &sql.fingerprint_body))
-    }
 }

@@ -49,12 +49,14 @@ impl IdemError {
         if name == "internal_error" || (name == "unavailable" && db.is_none()) {
             // tokio_postgres's Display says only "db error": name the SQLSTATE and the message
             match db {
-                Some(db) => eprintln!(
-                    "pg-idem-http: {name}: {} {}",
-                    db.code().code(),
+                Some(db) => tracing::error!(
+                    target: "pg_idem_http",
+                    error = name,
+                    sqlstate = db.code().code(),
+                    "{}",
                     db.message()
                 ),
-                None => eprintln!("pg-idem-http: {name}: {err}"),
+                None => tracing::error!(target: "pg_idem_http", error = name, "{err}"),
             }
         }
         match (name, db) {
@@ -63,6 +65,17 @@ impl IdemError {
                 ..Self::new(name)
             },
             _ => Self::new(name),
+        }
+    }
+
+    /// A connection the pool could not give: its database error, or `unavailable` (timed out).
+    pub fn from_pool(err: deadpool_postgres::PoolError) -> Self {
+        match err {
+            deadpool_postgres::PoolError::Backend(err) => Self::from_db(&err),
+            other => {
+                tracing::error!(target: "pg_idem_http", error = "unavailable", "{other}");
+                Self::new("unavailable")
+            }
         }
     }
 
@@ -99,6 +112,12 @@ impl fmt::Display for IdemError {
 }
 
 impl std::error::Error for IdemError {}
+
+impl From<deadpool_postgres::PoolError> for IdemError {
+    fn from(err: deadpool_postgres::PoolError) -> Self {
+        Self::from_pool(err)
+    }
+}
 
 impl IntoResponse for IdemError {
     fn into_response(self) -> Response {

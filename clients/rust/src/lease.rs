@@ -17,11 +17,11 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row};
 use tower::Service;
 
-use crate::contract::contract;
 use crate::core::is_final;
 use crate::error::{ErrorMarker, IdemError};
-use crate::pool::{Pool, PooledClient};
-use crate::route::{run_handler, store, Claim, RouteConfig, Scope};
+use crate::layer::IdemLayer;
+use crate::pool::Conn;
+use crate::route::{run_handler, Claim, RouteConfig, Scope};
 
 /// What the handler of a lease-mode route gets (an axum extractor). Cheap to clone.
 #[derive(Clone)]
@@ -30,7 +30,7 @@ pub struct Lease {
 }
 
 struct LeaseInner {
-    pool: Pool,
+    layer: IdemLayer,
     tenant: String,
     key: String,
     scoped_key: String,
@@ -39,19 +39,19 @@ struct LeaseInner {
     checkpoint_phase: Option<String>,
     checkpoint_data: Option<String>,
     /// The completion transaction, once opened (by [`Lease::begin`] or by the layer).
-    tx: Mutex<Option<PooledClient>>,
+    tx: Mutex<Option<Arc<Conn>>>,
 }
 
 /// The completion transaction's connection (`Deref` to `tokio_postgres::Client`), under the fence.
 #[derive(Clone)]
 pub struct LeaseTx {
-    client: Arc<Client>,
+    conn: Arc<Conn>,
 }
 
 impl Deref for LeaseTx {
     type Target = Client;
     fn deref(&self) -> &Client {
-        &self.client
+        &self.conn
     }
 }
 
@@ -87,7 +87,7 @@ impl Lease {
     pub async fn downstream_key(&self, step: &str) -> Result<String, IdemError> {
         let step = step.to_owned();
         let row = self
-            .short(&contract().sql.downstream_key, &[(&step, Type::TEXT)])
+            .short(|s| &s.downstream_key, &[(&step, Type::TEXT)])
             .await?;
         Ok(row.try_get(0)?)
     }
@@ -100,18 +100,14 @@ impl Lease {
             (&phase, Type::TEXT),
             (&data, Type::TEXT),
         ];
-        self.short(&contract().sql.checkpoint, &params)
-            .await
-            .map(drop)
+        self.short(|s| &s.checkpoint, &params).await.map(drop)
     }
 
     /// Extends the lease (by `lease`, else by the route's lease) under the fence.
     pub async fn heartbeat(&self, lease: Option<&str>) -> Result<(), IdemError> {
         let (lease, fence) = (lease.map(str::to_owned), self.inner.fence);
         let params: [(&(dyn ToSql + Sync), Type); 2] = [(&fence, Type::INT8), (&lease, Type::TEXT)];
-        self.short(&contract().sql.heartbeat, &params)
-            .await
-            .map(drop)
+        self.short(|s| &s.heartbeat, &params).await.map(drop)
     }
 
     /// Opens the completion transaction (once; later calls return the same one) after checking
@@ -120,21 +116,21 @@ impl Lease {
         let mut slot = self.inner.tx.lock().await;
         if let Some(conn) = slot.as_ref() {
             return Ok(LeaseTx {
-                client: conn.shared(),
+                conn: Arc::clone(conn),
             });
         }
-        let mut conn = self.inner.pool.get().await?;
+        let conn = Arc::new(self.inner.layer.pool().get().await?);
         conn.run("BEGIN").await?;
+        let statements = self.inner.layer.statements()?;
         let fence = self.inner.fence;
         let params: [(&(dyn ToSql + Sync), Type); 3] = [
             (&self.inner.tenant, Type::TEXT),
             (&self.inner.scoped_key, Type::TEXT),
             (&fence, Type::INT8),
         ];
-        conn.query_typed(&contract().sql.assert_fence, &params)
-            .await?;
+        conn.query_typed(&statements.assert_fence, &params).await?;
         let tx = LeaseTx {
-            client: conn.shared(),
+            conn: Arc::clone(&conn),
         };
         *slot = Some(conn);
         Ok(tx)
@@ -143,15 +139,16 @@ impl Lease {
     /// One statement in a transaction of its own, with `$1` tenant and `$2` scoped key before `rest`.
     async fn short(
         &self,
-        sql: &str,
+        sql: impl Fn(&crate::pool::Statements) -> &String,
         rest: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Row, IdemError> {
+        let sql = sql(self.inner.layer.statements()?);
         let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
             (&self.inner.tenant, Type::TEXT),
             (&self.inner.scoped_key, Type::TEXT),
         ];
         params.extend(rest.iter().cloned());
-        let mut conn = self.inner.pool.get().await?;
+        let conn = self.inner.layer.pool().get().await?;
         conn.run("BEGIN").await?;
         let mut rows = conn.query_typed(sql, &params).await?;
         conn.run("COMMIT").await?;
@@ -159,11 +156,11 @@ impl Lease {
     }
 
     /// The completion transaction, opened now if the handler did not.
-    async fn take_tx(&self) -> Result<PooledClient, IdemError> {
+    async fn take_tx(&self) -> Result<Arc<Conn>, IdemError> {
         if let Some(conn) = self.inner.tx.lock().await.take() {
             return Ok(conn);
         }
-        let mut conn = self.inner.pool.get().await?;
+        let conn = Arc::new(self.inner.layer.pool().get().await?);
         conn.run("BEGIN").await?;
         // no assert_fence: complete/fail_final check the fence themselves
         Ok(conn)
@@ -172,13 +169,10 @@ impl Lease {
     /// Gives the key up after a transient failure, so the retry is claimed at once.
     async fn release(&self) {
         if let Err(err) = self
-            .short(&contract().sql.release, &[(&self.inner.fence, Type::INT8)])
+            .short(|s| &s.release, &[(&self.inner.fence, Type::INT8)])
             .await
         {
-            eprintln!(
-                "pg-idem-http: release of {:?} failed: {err}",
-                self.inner.scoped_key
-            );
+            tracing::error!(target: "pg_idem_http", "release of {:?} failed: {err}", self.inner.scoped_key);
         }
     }
 }
@@ -197,7 +191,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Lease {
 
 /// The rest of a lease-mode request, after its claim was committed.
 pub(crate) async fn run<S>(
-    cfg: &RouteConfig,
+    layer: &IdemLayer,
     scope: Scope,
     claim: Claim,
     inner: S,
@@ -207,24 +201,28 @@ where
     S: Service<Request<Body>, Response = Response, Error = Infallible> + Send + 'static,
     S::Future: Send + 'static,
 {
+    let cfg = layer.config();
+    let outcomes = layer.pool().outcomes();
     let Some(fence) = claim.fence else {
+        outcomes.record("database_error", "a claim without a fence");
         return cfg.error(IdemError::internal());
     };
     let lease = Lease {
         inner: Arc::new(LeaseInner {
-            pool: cfg.pool.clone(),
-            tenant: scope.tenant,
-            key: scope.key,
-            scoped_key: claim.scoped_key,
+            layer: layer.clone(),
+            tenant: scope.tenant.clone(),
+            key: scope.key.clone().unwrap_or_default(),
+            scoped_key: claim.scoped_key.clone(),
             fence,
             attempt: claim.attempt.unwrap_or(1),
-            checkpoint_phase: claim.checkpoint_phase,
-            checkpoint_data: claim.checkpoint_data,
+            checkpoint_phase: claim.checkpoint_phase.clone(),
+            checkpoint_data: claim.checkpoint_data.clone(),
             tx: Mutex::new(None),
         }),
     };
     parts.extensions.insert(lease.clone());
-    let outcome = run_handler(inner, Request::from_parts(parts, Body::from(scope.body))).await;
+    let req = Request::from_parts(parts, Body::from(scope.body.clone()));
+    let outcome = run_handler(inner, req).await;
     let (parts, body) = match outcome {
         Some((p, b))
             if p.extensions.get::<ErrorMarker>().is_none() && is_final(p.status.as_u16()) =>
@@ -232,27 +230,60 @@ where
             (p, b)
         }
         // a panic, an error or a non-final status: nothing is stored, the retry runs again
-        other => return abandon(&lease, outcome_response(cfg, other)).await,
+        other => {
+            let response = outcome_response(cfg, other);
+            let lost = is_lease_lost(&response);
+            let name = if lost { "lease_lost" } else { "rolled_back" };
+            outcomes.record(name, "nothing stored");
+            return abandon(&lease, response).await;
+        }
     };
-    let done = async {
-        let mut conn = lease.take_tx().await?;
-        store(
-            cfg,
-            &conn,
-            &lease.inner.tenant,
-            &lease.inner.scoped_key,
-            fence,
-            &parts,
-            &body,
-        )
-        .await?;
-        conn.run("COMMIT").await?;
-        Ok::<(), IdemError>(())
+    // completion: the transaction the handler opened (under assert_fence), or a new one, where
+    // complete/fail_final check the fence themselves
+    let conn = match lease.take_tx().await {
+        Ok(conn) => conn,
+        Err(err) => {
+            outcomes.record("database_error", err.message());
+            return abandon(&lease, cfg.error(err)).await;
+        }
     };
-    match done.await {
-        Ok(()) => Response::from_parts(parts, Body::from(body)),
-        Err(err) => abandon(&lease, cfg.error(err)).await,
+    // a lease-mode claim has no transaction to guard: its claim was committed already
+    let claim = Claim {
+        txid: None,
+        ..claim
+    };
+    if let Err(response) = layer
+        .store_response(&**conn, &scope, &claim, &parts, &body)
+        .await
+    {
+        let _ = conn.run("ROLLBACK").await;
+        return abandon(&lease, response).await;
     }
+    match conn.run("COMMIT").await {
+        Ok(()) => {
+            outcomes.record("stored", &claim.scoped_key);
+            Response::from_parts(parts, Body::from(body))
+        }
+        Err(err) => {
+            let err = IdemError::from_db(&err);
+            outcomes.record(
+                if err.name() == "lease_lost" {
+                    "lease_lost"
+                } else {
+                    "database_error"
+                },
+                err.message(),
+            );
+            abandon(&lease, cfg.error(err)).await
+        }
+    }
+}
+
+fn is_lease_lost(response: &Response) -> bool {
+    response
+        .extensions()
+        .get::<ErrorMarker>()
+        .is_some_and(|m| m.name == "lease_lost")
 }
 
 fn outcome_response(
@@ -267,14 +298,10 @@ fn outcome_response(
 
 /// Rolls the completion transaction back and releases the key, unless the key is no longer ours.
 async fn abandon(lease: &Lease, response: Response) -> Response {
-    if let Some(mut conn) = lease.inner.tx.lock().await.take() {
+    if let Some(conn) = lease.inner.tx.lock().await.take() {
         let _ = conn.run("ROLLBACK").await;
     }
-    let lost = response
-        .extensions()
-        .get::<ErrorMarker>()
-        .is_some_and(|m| m.name == "lease_lost");
-    if !lost {
+    if !is_lease_lost(&response) {
         lease.release().await;
     }
     response

@@ -14,7 +14,8 @@
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let pool = Pool::from_dsn("postgresql://app@127.0.0.1/app")?;
-//! let app: Router = Router::new().route("/things", post(create).layer(IdemLayer::new(pool)));
+//! let layer = IdemLayer::builder(pool).single_tenant("acme").build().await?;
+//! let app: Router = Router::new().route("/things", post(create).layer(layer));
 //! # Ok(()) }
 //! ```
 
@@ -23,13 +24,18 @@ pub mod core;
 mod error;
 mod layer;
 mod lease;
+mod outcome;
 mod pool;
 mod route;
 
 pub use crate::error::{json_response, IdemError};
-pub use crate::layer::{Idem, IdemLayer, IdemService};
+pub use crate::layer::{Idem, IdemLayer, IdemLayerBuilder, IdemService};
 pub use crate::lease::{Lease, LeaseTx};
-pub use crate::pool::{Pool, PooledClient};
+pub use crate::outcome::Outcomes;
+pub use crate::pool::{Pool, StartError, Statements};
+pub use crate::route::{Claim, Scope};
+/// The driver and pool this crate runs on, for the application's own transactions.
+pub use {deadpool_postgres, tokio_postgres};
 
 #[cfg(test)]
 mod tests;

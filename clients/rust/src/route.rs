@@ -19,16 +19,17 @@ use http::request::Parts;
 use http::{header, HeaderName, HeaderValue, Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, Row};
+use tokio_postgres::{GenericClient, Row};
 use tower::Service;
 
-use crate::contract::{claim_sql, contract};
+use crate::contract::contract;
 use crate::core::{build_envelope, replay};
 use crate::error::{ErrorMarker, IdemError};
-use crate::pool::{Pool, PooledClient};
+use crate::pool::{Pool, Statements};
 
 // boxed: a Response is large, and the hook's Ok path is the common one
-type TenantHook = Arc<dyn Fn(&Parts) -> Result<String, Box<Response>> + Send + Sync>;
+pub(crate) type TenantHook =
+    Arc<dyn Fn(&Parts) -> Result<Option<String>, Box<Response>> + Send + Sync>;
 
 /// The idempotency configuration of one route (`IdemLayer` builds it).
 #[derive(Clone)]
@@ -41,6 +42,7 @@ pub(crate) struct RouteConfig {
     pub lease: Option<String>,
     pub fields: Option<Vec<String>>,
     pub tenant: Option<TenantHook>,
+    pub single_tenant: Option<String>,
     pub stored_headers: Vec<String>,
     pub key_header: HeaderName,
     pub replay_header: HeaderName,
@@ -50,17 +52,26 @@ pub(crate) struct RouteConfig {
     pub body_limit: usize,
 }
 
-/// What a request resolved to before its handler runs.
-pub(crate) struct Scope {
+/// What a request resolved to before any claim: who, which key, which request.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// From the tenant hook, or `single_tenant`.
     pub tenant: String,
-    pub key: String,
+    /// The parsed `Idempotency-Key` (`None` on an optional-key route called without one).
+    pub key: Option<String>,
+    /// The method the key is scoped by.
     pub method: String,
+    /// The route template (`/orders/{id}`) the key is scoped by.
     pub route: String,
+    /// The normalised request target the fingerprint binds (`/orders/7?x=1`).
+    pub target: String,
+    /// The request body, read whole (up to the route's limit).
     pub body: Bytes,
 }
 
 /// The claim statement's row.
-pub(crate) struct Claim {
+#[derive(Debug, Clone)]
+pub struct Claim {
     pub scoped_key: String,
     pub outcome: String,
     pub fence: Option<i64>,
@@ -70,9 +81,16 @@ pub(crate) struct Claim {
     pub checkpoint_phase: Option<String>,
     pub checkpoint_data: Option<String>,
     pub retry_after: Option<i32>,
+    /// The claiming transaction's id: completion checks it is still the one running.
+    pub txid: Option<i64>,
 }
 
 impl Claim {
+    /// Whether this request holds the key: run the handler, then complete.
+    pub fn is_claimed(&self) -> bool {
+        self.outcome == "claimed"
+    }
+
     fn from_row(row: &Row) -> Result<Self, tokio_postgres::Error> {
         Ok(Claim {
             scoped_key: row.try_get("scoped_key")?,
@@ -84,17 +102,20 @@ impl Claim {
             checkpoint_phase: row.try_get("checkpoint_phase")?,
             checkpoint_data: row.try_get("checkpoint_data")?,
             retry_after: row.try_get("retry_after")?,
+            txid: row.try_get("txid")?,
         })
     }
 }
 
-/// BEGIN and the claim statement (the database computes the scoped key and the fingerprint).
+/// The claim statement in the caller's open transaction (the database computes the scoped key
+/// and the fingerprint).
 pub(crate) async fn claim(
     cfg: &RouteConfig,
-    conn: &mut PooledClient,
+    statements: &Statements,
+    tx: &(impl GenericClient + Sync),
     s: &Scope,
+    key: &String,
 ) -> Result<Claim, IdemError> {
-    conn.run("BEGIN").await?;
     let body: &[u8] = &s.body;
     let statement_timeout = cfg.statement_timeout_ms.to_string();
     let idle_timeout = cfg.idle_timeout_ms.to_string();
@@ -102,54 +123,64 @@ pub(crate) async fn claim(
         (&s.tenant, Type::TEXT),
         (&s.method, Type::TEXT),
         (&s.route, Type::TEXT),
-        (&s.key, Type::TEXT),
+        (key, Type::TEXT),
         (&body, Type::BYTEA),
         (&cfg.lease, Type::TEXT),
         (&cfg.ttl, Type::TEXT),
         (&statement_timeout, Type::TEXT),
         (&idle_timeout, Type::TEXT),
+        (&s.target, Type::TEXT),
     ];
+    // $11 only where the statement has it (fields mode)
     if let Some(fields) = &cfg.fields {
         params.push((fields, Type::TEXT_ARRAY));
     }
+    let sql = if cfg.fields.is_some() {
+        &statements.claim_fields
+    } else {
+        &statements.claim_body
+    };
     // query_typed: an unnamed statement, so a transaction pooler can move us between servers
-    let rows = conn
-        .query_typed(claim_sql(cfg.fields.is_some()), &params)
-        .await?;
+    let rows = tx.query_typed(sql, &params).await?;
     let row = rows.first().ok_or_else(IdemError::internal)?;
     Ok(Claim::from_row(row)?)
 }
 
-/// `complete` (status < 400) or `fail_final` (4xx) with the response's envelope.
+/// `complete` (status < 400) or `fail_final` (4xx) with the response's envelope, in the claim's
+/// transaction. `Ok(false)`: no row, the transaction is no longer the claim's (the handler ended
+/// it with SQL): nothing may be committed.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn store(
     cfg: &RouteConfig,
-    client: &Client,
+    statements: &Statements,
+    tx: &(impl GenericClient + Sync),
     tenant: &String,
     scoped_key: &String,
     fence: i64,
+    txid: Option<i64>,
     parts: &http::response::Parts,
     body: &Bytes,
-) -> Result<(), tokio_postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     let headers = parts
         .headers
         .iter()
         .map(|(n, v)| (n.as_str(), v.as_bytes()));
     let envelope = build_envelope(headers, body, &cfg.stored_headers).to_string();
     let status = i32::from(parts.status.as_u16());
-    let sql = &contract().sql;
     let statement = if status < 400 {
-        &sql.complete
+        &statements.complete
     } else {
-        &sql.fail_final
+        &statements.fail_final
     };
-    let params: [(&(dyn ToSql + Sync), Type); 5] = [
+    let params: [(&(dyn ToSql + Sync), Type); 6] = [
         (tenant, Type::TEXT),
         (scoped_key, Type::TEXT),
         (&fence, Type::INT8),
         (&status, Type::INT4),
         (&envelope, Type::TEXT),
+        (&txid, Type::INT8),
     ];
-    client.query_typed(statement, &params).await.map(drop)
+    Ok(!tx.query_typed(statement, &params).await?.is_empty())
 }
 
 /// Calls the handler and buffers its response; `None` when it panicked or its body failed.
@@ -166,7 +197,7 @@ where
         Ok(Ok(response)) => response,
         Ok(Err(never)) => match never {},
         Err(_) => {
-            eprintln!("pg-idem-http: the handler panicked; its transaction is rolled back");
+            tracing::error!(target: "pg_idem_http", "the handler panicked");
             return None;
         }
     };
@@ -214,6 +245,18 @@ impl RouteConfig {
         response
     }
 
+    /// The outcome counted for a claim that was not `claimed`.
+    pub(crate) fn unclaimed_outcome(claim: &Claim) -> &'static str {
+        match claim.outcome.as_str() {
+            "completed" | "failed" => "replayed",
+            "in_progress" => "in_progress",
+            "mismatch" => "mismatch",
+            // the database refused the key itself (pg_idem.reject_stale_uuidv7)
+            "stale_key" => "rejected",
+            _ => "database_error",
+        }
+    }
+
     /// The answer to any outcome but `claimed`.
     pub(crate) fn unclaimed(&self, claim: &Claim) -> Response {
         match claim.outcome.as_str() {
@@ -227,14 +270,17 @@ impl RouteConfig {
             "mismatch" => self.error(IdemError::new("mismatch")),
             "stale_key" => self.error(IdemError::new("stale_key")),
             other => {
-                eprintln!("pg-idem-http: unknown claim outcome {other:?}");
+                tracing::error!(target: "pg_idem_http", "unknown claim outcome {other:?}");
                 self.error(IdemError::internal())
             }
         }
     }
 
     fn replayed(&self, claim: &Claim) -> Response {
-        let stored = replay(claim.response_body.as_deref());
+        let Ok(stored) = replay(claim.response_body.as_deref()) else {
+            tracing::error!(target: "pg_idem_http", "the stored response of {:?} is not an envelope this package reads", claim.scoped_key);
+            return self.error(IdemError::internal());
+        };
         let mut response = Response::new(Body::from(stored.body));
         *response.status_mut() = claim
             .response_code

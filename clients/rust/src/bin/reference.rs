@@ -2,7 +2,8 @@
 //!
 //!     pg-idem-http-reference --dsn postgresql://user@127.0.0.1:5432/db --port 8080
 //!
-//! POST /payments runs in transaction mode, POST /payouts in lease mode.
+//! POST /payments and POST /orders/{order_id}/pay run in transaction mode, POST /payouts in lease
+//! mode; GET /_pg_idem/outcomes answers the pool's outcome counts.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -10,27 +11,35 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::Router;
 use http::request::Parts;
 use http::{header, HeaderValue, StatusCode};
 use pg_idem_http::contract::contract;
 use pg_idem_http::core::error_body;
+use pg_idem_http::tokio_postgres::types::{ToSql, Type};
+use pg_idem_http::tokio_postgres::{Config, NoTls};
 use pg_idem_http::{json_response, Idem, IdemError, IdemLayer, Lease, Pool};
 use serde_json::Value;
-use tokio_postgres::types::{ToSql, Type};
+
+/// `{schema}`: the first schema of the search_path this role may create in. The conformance suite
+/// puts another role's schema first, where an unqualified CREATE TABLE is refused; the tables are
+/// then found through the search_path, as any application's are.
+const CREATABLE_SCHEMA: &str = "SELECT pg_catalog.quote_ident(p.name) FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS p(name, n) WHERE pg_catalog.has_schema_privilege(p.name, 'CREATE') ORDER BY p.n LIMIT 1";
 
 const TABLES: &str = "BEGIN;
-CREATE TABLE IF NOT EXISTS payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL);
-CREATE TABLE IF NOT EXISTS payouts (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL);
+CREATE TABLE IF NOT EXISTS {schema}.payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL);
+ALTER TABLE {schema}.payments ADD COLUMN IF NOT EXISTS order_id bigint;
+CREATE TABLE IF NOT EXISTS {schema}.payouts (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL);
 COMMIT;";
 
 /// (tenant, key) pairs whose injected transient failure has happened, in this process only.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct AppState {
     failed_once: Arc<Mutex<HashSet<(String, String)>>>,
+    pool: Pool,
 }
 
 /// The request body every route accepts.
@@ -39,10 +48,12 @@ struct Order {
     sleep_ms: u64,
     fail: Option<String>,
     text: bool,
+    set_cookie: bool,
+    links: bool,
+    commit: Option<String>,
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let (dsn, port) = match parse_args(std::env::args().skip(1)) {
         Ok(args) => args,
         Err(msg) => {
@@ -50,8 +61,20 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(err) = serve(&dsn, port).await {
-        eprintln!("pg-idem-http-reference: {err}");
+    // one thread is enough for a test app; the library needs no more of tokio than its runtime
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    if let Err(err) = runtime.block_on(serve(&dsn, port)) {
+        // tokio_postgres's Display says only "db error": its source has the server's message
+        let mut message = err.to_string();
+        let mut source = std::error::Error::source(&*err);
+        while let Some(cause) = source {
+            message = format!("{message}: {cause}");
+            source = cause.source();
+        }
+        eprintln!("pg-idem-http-reference: {message}");
         std::process::exit(1);
     }
 }
@@ -73,17 +96,28 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<(String, u16), S
 }
 
 async fn serve(dsn: &str, port: u16) -> Result<(), Box<dyn std::error::Error>> {
-    let pool = Pool::from_dsn(dsn)?;
+    let pool = Pool::new(dsn.parse::<Config>()?, NoTls, 64)?;
     create_tables(&pool).await?;
     let r = &contract().reference_app;
-    let payments = IdemLayer::new(pool)
+    let payments = IdemLayer::builder(pool.clone())
         .tenant(tenant)
+        .stored_headers(r.stored_headers.iter().cloned())
         .timeouts_ms(r.statement_timeout_ms, r.idle_in_transaction_timeout_ms);
-    let payouts = payments.clone().lease(r.payout_lease.as_str());
+    let payouts = payments
+        .clone()
+        .lease(r.payout_lease.as_str())
+        .build()
+        .await?;
+    let payments = payments.build().await?;
     let app = Router::new()
-        .route("/payments", post(payment).layer(payments))
+        .route("/payments", post(payment).layer(payments.clone()))
+        .route(&r.order_route, post(order_payment).layer(payments))
         .route("/payouts", post(payout).layer(payouts))
-        .with_state(AppState::default());
+        .route("/_pg_idem/outcomes", get(outcomes))
+        .with_state(AppState {
+            failed_once: Arc::default(),
+            pool,
+        });
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     println!(
         "listening on http://127.0.0.1:{}",
@@ -94,24 +128,35 @@ async fn serve(dsn: &str, port: u16) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-async fn create_tables(pool: &Pool) -> Result<(), tokio_postgres::Error> {
+async fn create_tables(pool: &Pool) -> Result<(), Box<dyn std::error::Error>> {
     // two apps starting at once may race on CREATE TABLE IF NOT EXISTS: the second try sees the table
     for attempt in 0.. {
-        let mut client = pool.get().await?;
-        match client.batch_execute(TABLES).await {
-            Ok(()) => {
-                client.mark_clean();
-                return Ok(());
+        let client = pool.deadpool().get().await?;
+        let schema: String = client
+            .query_typed_opt(CREATABLE_SCHEMA, &[])
+            .await?
+            .ok_or("no schema of the search_path allows CREATE")?
+            .get(0);
+        match client
+            .batch_execute(&TABLES.replace("{schema}", &schema))
+            .await
+        {
+            Ok(()) => return Ok(()),
+            Err(_) if attempt < 3 => {
+                drop(pg_idem_http::deadpool_postgres::Object::take(client));
+                tokio::time::sleep(Duration::from_millis(200)).await
             }
-            Err(_) if attempt < 3 => tokio::time::sleep(Duration::from_millis(200)).await,
-            Err(err) => return Err(err),
+            Err(err) => {
+                // the failed transaction must not go back to the pool
+                drop(pg_idem_http::deadpool_postgres::Object::take(client));
+                return Err(err.into());
+            }
         }
     }
     unreachable!()
 }
 
-/// A 400 with a contract-style error body. From `parse` it is the handler's final answer (stored
-/// and replayed); from the tenant hook it comes before any claim.
+/// A 400 with a contract-style error body: the handler's final answer (stored and replayed).
 struct BadRequest(&'static str, &'static str);
 
 impl IntoResponse for BadRequest {
@@ -120,12 +165,22 @@ impl IntoResponse for BadRequest {
     }
 }
 
-/// The tenant is the X-Tenant header.
-fn tenant(parts: &Parts) -> Result<String, BadRequest> {
-    match parts.headers.get("x-tenant").and_then(|v| v.to_str().ok()) {
-        Some(tenant) if !tenant.is_empty() => Ok(tenant.to_owned()),
-        _ => Err(BadRequest("tenant_missing", "X-Tenant header required")),
-    }
+/// The tenant is the X-Tenant header (missing: the package answers 400 tenant_missing).
+fn tenant(parts: &Parts) -> Option<String> {
+    let value = parts.headers.get("x-tenant")?.to_str().ok()?;
+    Some(value.to_owned())
+}
+
+/// The pool's count of each outcome since the app started.
+async fn outcomes(State(app): State<AppState>) -> Response {
+    let counts: serde_json::Map<String, Value> = app
+        .pool
+        .outcomes()
+        .counts()
+        .into_iter()
+        .map(|(name, n)| (name.to_owned(), Value::from(n)))
+        .collect();
+    json_response(StatusCode::OK, Value::Object(counts).to_string())
 }
 
 fn parse(body: &[u8]) -> Result<Order, BadRequest> {
@@ -142,11 +197,32 @@ fn parse(body: &[u8]) -> Result<Order, BadRequest> {
         sleep_ms: obj.get("sleep_ms").and_then(Value::as_u64).unwrap_or(0),
         fail: obj.get("fail").and_then(Value::as_str).map(str::to_owned),
         text: obj.get("format").and_then(Value::as_str) == Some("text"),
+        set_cookie: obj.get("set_cookie").and_then(Value::as_bool) == Some(true),
+        links: obj.get("links").and_then(Value::as_bool) == Some(true),
+        commit: obj.get("commit").and_then(Value::as_str).map(str::to_owned),
     })
+}
+
+async fn order_payment(
+    State(app): State<AppState>,
+    Path(order_id): Path<i64>,
+    idem: Idem,
+    body: Bytes,
+) -> Result<Response, IdemError> {
+    pay(app, Some(order_id), idem, body).await
 }
 
 async fn payment(
     State(app): State<AppState>,
+    idem: Idem,
+    body: Bytes,
+) -> Result<Response, IdemError> {
+    pay(app, None, idem, body).await
+}
+
+async fn pay(
+    app: AppState,
+    order_id: Option<i64>,
     idem: Idem,
     body: Bytes,
 ) -> Result<Response, IdemError> {
@@ -166,14 +242,15 @@ async fn payment(
         idem.tenant().to_owned(),
         idem.key().unwrap_or_default().to_owned(),
     );
-    let params: [(&(dyn ToSql + Sync), Type); 3] = [
+    let params: [(&(dyn ToSql + Sync), Type); 4] = [
         (&tenant, Type::TEXT),
         (&key, Type::TEXT),
         (&order.amount, Type::INT8),
+        (&order_id, Type::INT8),
     ];
     let rows = idem
         .query_typed(
-            "INSERT INTO payments (tenant, idem_key, amount) VALUES ($1, $2, $3) RETURNING id",
+            "INSERT INTO payments (tenant, idem_key, amount, order_id) VALUES ($1, $2, $3, $4) RETURNING id",
             &params,
         )
         .await?;
@@ -185,6 +262,13 @@ async fn payment(
         // the Rust analogue of an unhandled exception: the layer catches the unwinding, rolls the
         // insert and the claim back and answers 500
         panic!("injected transient failure");
+    }
+    match order.commit.as_deref() {
+        // the handle's own API: refused, an error (500) and the insert rolls back
+        Some("api") => idem.commit().await?,
+        // behind the package's back: it sees the transaction changed and stores nothing
+        Some("sql") => idem.batch_execute("COMMIT").await?,
+        _ => {}
     }
     let body = if order.text {
         &r.payment_text
@@ -199,7 +283,23 @@ async fn payment(
     } else {
         "application/json"
     };
-    Ok(created(format!("/payments/{id}"), content_type, body))
+    let mut response = created(format!("/payments/{id}"), content_type, body);
+    let headers = response.headers_mut();
+    if order.set_cookie {
+        headers.append(
+            header::SET_COOKIE,
+            HeaderValue::from_str(&r.cookie).expect("contract cookie"),
+        );
+    }
+    if order.links {
+        for link in &r.links {
+            headers.append(
+                header::LINK,
+                HeaderValue::from_str(link).expect("contract link"),
+            );
+        }
+    }
+    Ok(response)
 }
 
 async fn payout(lease: Lease, body: Bytes) -> Result<Response, IdemError> {
