@@ -27,7 +27,7 @@ use crate::core::{is_final, never_stored, normalize_target, parse_key};
 use crate::error::{ErrorMarker, IdemError};
 use crate::lease;
 use crate::pool::{Conn, Pool, StartError, Statements};
-use crate::route::{claim, run_handler, store, Claim, RouteConfig, Scope};
+use crate::route::{claim, run_handler, Claim, RouteConfig, Scope};
 
 /// The idempotency configuration of one route, before [`IdemLayerBuilder::build`] checked it.
 #[derive(Clone)]
@@ -322,16 +322,9 @@ impl IdemLayer {
         &self.cfg.pool
     }
 
-    pub(crate) fn config(&self) -> &RouteConfig {
-        &self.cfg
-    }
-
     pub(crate) fn statements(&self) -> Result<&Statements, IdemError> {
         // build() located them; a layer is never made without
-        self.cfg
-            .pool
-            .statements_now()
-            .ok_or_else(IdemError::internal)
+        self.cfg.statements()
     }
 
     /// The request's tenant, key, scope and normalised target, or the answer that refuses it
@@ -441,64 +434,12 @@ impl IdemLayer {
         parts: &http::response::Parts,
         body: &Bytes,
     ) -> Result<(), Response> {
-        self.store_response(tx, scope, claim, parts, body).await?;
+        self.cfg
+            .store_response(tx, scope, claim, parts, body)
+            .await?;
         // counted here: the commit that follows is the caller's
         self.cfg.pool.outcomes().record("stored", &claim.scoped_key);
         Ok(())
-    }
-
-    /// [`IdemLayer::complete`] without counting the success (the layer counts it after its commit).
-    pub(crate) async fn store_response(
-        &self,
-        tx: &(impl GenericClient + Sync),
-        scope: &Scope,
-        claim: &Claim,
-        parts: &http::response::Parts,
-        body: &Bytes,
-    ) -> Result<(), Response> {
-        let cfg = &self.cfg;
-        let outcomes = cfg.pool.outcomes();
-        if !is_final(parts.status.as_u16()) || parts.extensions.get::<ErrorMarker>().is_some() {
-            outcomes.record("rolled_back", "a status a retry may change");
-            return Err(cfg.finish(Response::from_parts(
-                parts.clone(),
-                Body::from(body.clone()),
-            )));
-        }
-        let statements = self.statements().map_err(|e| cfg.error(e))?;
-        let Some(fence) = claim.fence else {
-            outcomes.record("database_error", "a claim without a fence");
-            return Err(cfg.error(IdemError::internal()));
-        };
-        let stored = store(
-            cfg,
-            statements,
-            tx,
-            &scope.tenant,
-            &claim.scoped_key,
-            fence,
-            claim.txid,
-            parts,
-            body,
-        )
-        .await;
-        match stored {
-            Ok(true) => Ok(()),
-            Ok(false) => {
-                outcomes.record("transaction_ended", &format!("the handler ended the transaction of {} (COMMIT or ROLLBACK as SQL): nothing stored", claim.scoped_key));
-                Err(cfg.error(IdemError::internal()))
-            }
-            Err(err) => {
-                let err = IdemError::from_db(&err);
-                let outcome = if err.name() == "lease_lost" {
-                    "lease_lost"
-                } else {
-                    "database_error"
-                };
-                outcomes.record(outcome, err.message());
-                Err(cfg.error(err))
-            }
-        }
     }
 }
 
@@ -570,7 +511,7 @@ where
             return cfg.error(err);
         }
         drop(conn);
-        return lease::run(&layer, scope, claim, inner, parts).await;
+        return lease::run(&layer.cfg, scope, claim, inner, parts).await;
     }
     parts.extensions.insert(Idem {
         conn: Arc::clone(&conn),
@@ -623,6 +564,7 @@ where
         };
     };
     if let Err(response) = layer
+        .cfg
         .store_response(&**conn, scope, claim, &parts, &body)
         .await
     {

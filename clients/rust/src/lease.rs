@@ -19,7 +19,6 @@ use tower::Service;
 
 use crate::core::is_final;
 use crate::error::{ErrorMarker, IdemError};
-use crate::layer::IdemLayer;
 use crate::pool::Conn;
 use crate::route::{run_handler, Claim, RouteConfig, Scope};
 
@@ -30,7 +29,7 @@ pub struct Lease {
 }
 
 struct LeaseInner {
-    layer: IdemLayer,
+    cfg: Arc<RouteConfig>,
     tenant: String,
     key: String,
     scoped_key: String,
@@ -119,9 +118,9 @@ impl Lease {
                 conn: Arc::clone(conn),
             });
         }
-        let conn = Arc::new(self.inner.layer.pool().get().await?);
+        let conn = Arc::new(self.inner.cfg.pool.get().await?);
         conn.run("BEGIN").await?;
-        let statements = self.inner.layer.statements()?;
+        let statements = self.inner.cfg.statements()?;
         let fence = self.inner.fence;
         let params: [(&(dyn ToSql + Sync), Type); 3] = [
             (&self.inner.tenant, Type::TEXT),
@@ -142,13 +141,13 @@ impl Lease {
         sql: impl Fn(&crate::pool::Statements) -> &String,
         rest: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Row, IdemError> {
-        let sql = sql(self.inner.layer.statements()?);
+        let sql = sql(self.inner.cfg.statements()?);
         let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
             (&self.inner.tenant, Type::TEXT),
             (&self.inner.scoped_key, Type::TEXT),
         ];
         params.extend(rest.iter().cloned());
-        let conn = self.inner.layer.pool().get().await?;
+        let conn = self.inner.cfg.pool.get().await?;
         conn.run("BEGIN").await?;
         let mut rows = conn.query_typed(sql, &params).await?;
         conn.run("COMMIT").await?;
@@ -160,7 +159,7 @@ impl Lease {
         if let Some(conn) = self.inner.tx.lock().await.take() {
             return Ok(conn);
         }
-        let conn = Arc::new(self.inner.layer.pool().get().await?);
+        let conn = Arc::new(self.inner.cfg.pool.get().await?);
         conn.run("BEGIN").await?;
         // no assert_fence: complete/fail_final check the fence themselves
         Ok(conn)
@@ -191,7 +190,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Lease {
 
 /// The rest of a lease-mode request, after its claim was committed.
 pub(crate) async fn run<S>(
-    layer: &IdemLayer,
+    cfg: &Arc<RouteConfig>,
     scope: Scope,
     claim: Claim,
     inner: S,
@@ -201,15 +200,14 @@ where
     S: Service<Request<Body>, Response = Response, Error = Infallible> + Send + 'static,
     S::Future: Send + 'static,
 {
-    let cfg = layer.config();
-    let outcomes = layer.pool().outcomes();
+    let outcomes = cfg.pool.outcomes();
     let Some(fence) = claim.fence else {
         outcomes.record("database_error", "a claim without a fence");
         return cfg.error(IdemError::internal());
     };
     let lease = Lease {
         inner: Arc::new(LeaseInner {
-            layer: layer.clone(),
+            cfg: Arc::clone(cfg),
             tenant: scope.tenant.clone(),
             key: scope.key.clone().unwrap_or_default(),
             scoped_key: claim.scoped_key.clone(),
@@ -252,7 +250,7 @@ where
         txid: None,
         ..claim
     };
-    if let Err(response) = layer
+    if let Err(response) = cfg
         .store_response(&**conn, &scope, &claim, &parts, &body)
         .await
     {

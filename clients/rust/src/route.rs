@@ -23,7 +23,7 @@ use tokio_postgres::{GenericClient, Row};
 use tower::Service;
 
 use crate::contract::contract;
-use crate::core::{build_envelope, replay};
+use crate::core::{build_envelope, is_final, replay};
 use crate::error::{ErrorMarker, IdemError};
 use crate::pool::{Pool, Statements};
 
@@ -50,6 +50,67 @@ pub(crate) struct RouteConfig {
     pub idle_timeout_ms: u64,
     pub retry_after_seconds: u32,
     pub body_limit: usize,
+}
+
+impl RouteConfig {
+    /// The located statements; a configuration is only used after the start check found them.
+    pub(crate) fn statements(&self) -> Result<&Statements, IdemError> {
+        self.pool.statements_now().ok_or_else(IdemError::internal)
+    }
+
+    /// [`IdemLayer::complete`] without counting the success (the layer counts it after its commit).
+    pub(crate) async fn store_response(
+        &self,
+        tx: &(impl GenericClient + Sync),
+        scope: &Scope,
+        claim: &Claim,
+        parts: &http::response::Parts,
+        body: &Bytes,
+    ) -> Result<(), Response> {
+        let cfg = self;
+        let outcomes = cfg.pool.outcomes();
+        if !is_final(parts.status.as_u16()) || parts.extensions.get::<ErrorMarker>().is_some() {
+            outcomes.record("rolled_back", "a status a retry may change");
+            return Err(cfg.finish(Response::from_parts(
+                parts.clone(),
+                Body::from(body.clone()),
+            )));
+        }
+        let statements = self.statements().map_err(|e| cfg.error(e))?;
+        let Some(fence) = claim.fence else {
+            outcomes.record("database_error", "a claim without a fence");
+            return Err(cfg.error(IdemError::internal()));
+        };
+        let stored = store(
+            cfg,
+            statements,
+            tx,
+            &scope.tenant,
+            &claim.scoped_key,
+            fence,
+            claim.txid,
+            parts,
+            body,
+        )
+        .await;
+        match stored {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                outcomes.record("transaction_ended", &format!("the handler ended the transaction of {} (COMMIT or ROLLBACK as SQL): nothing stored", claim.scoped_key));
+                Err(cfg.error(IdemError::internal()))
+            }
+            Err(err) => {
+                let err = IdemError::from_db(&err);
+                let outcome = if err.name() == "lease_lost" {
+                    "lease_lost"
+                } else {
+                    "database_error"
+                };
+                outcomes.record(outcome, err.message());
+                Err(cfg.error(err))
+            }
+        }
+    }
 }
 
 /// What a request resolved to before any claim: who, which key, which request.
