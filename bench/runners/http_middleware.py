@@ -7,6 +7,8 @@ that the ratio comes from one run on this noisy machine.
     python3 bench/runners/http_middleware.py                  # 3 rounds x 20 s per run, 8 clients
     python3 bench/runners/http_middleware.py --pairs python --clients 1 --duration 10
 
+Pairs: python (FastAPI), node (Express), rust (axum; release builds, debug in smoke mode).
+
 Two workloads per app: fresh (a new key per request: claim, insert, completion, commit) and
 replay (a set of completed keys asked again). The load generator is Python threads with one
 keep-alive HTTP connection each; it runs on the same 2 cores as the apps and the server, the same
@@ -38,6 +40,8 @@ VENV_PY = "clients/python/.venv/bin/python"
 PAIRS = {
     "python": ([VENV_PY, "-m", "pg_idem_http.reference.fastapi_app"], [VENV_PY, "bench/http/handwritten_fastapi.py"]),
     "node": (["node", "clients/node/reference/express-app.js"], ["node", "bench/http/handwritten-express.js"]),
+    # {profile}: debug in smoke mode (what clients/setup.sh built), else release (built here)
+    "rust": (["target/{profile}/pg-idem-http-reference"], ["target/{profile}/handwritten-axum"]),
 }
 SIDES = ("package", "handwritten")
 # one body for every request: the packages fingerprint the body's bytes
@@ -140,6 +144,12 @@ def main(argv=None) -> int:
     if args.smoke:
         args.rounds, args.duration, args.clients = 1, 2, 2
     pairs = args.pairs.split(",")
+    profile = "debug" if args.smoke else "release"
+    if "rust" in pairs:
+        # the reference app and its hand-written twin, built alike
+        subprocess.run(["cargo", "build", "-q", *(["--release"] if profile == "release" else []),
+                        "-p", "pg-idem-http", "--bin", "pg-idem-http-reference", "-p", "handwritten-axum"],
+                       cwd=REPO, check=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     # the apps' output, for a failure's diagnosis: not part of the report
@@ -158,6 +168,7 @@ def main(argv=None) -> int:
         dsn = f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
         for pair in pairs:
             for side, argv_ in zip(SIDES, PAIRS[pair]):
+                argv_ = [a.replace("{profile}", profile) for a in argv_]
                 apps[(pair, side)] = App(argv_, dsn, logs / f"{pair}-{side}.log")
         replay_keys = {k: prepare_replay_keys(app.port, 200 if not args.smoke else 20, f"replay-{k[0]}-{k[1]}")
                        for k, app in apps.items()}
