@@ -18,7 +18,8 @@ if [ -z "${PG_IDEM_HTTP_TEST_DSN:-}" ]; then
     server="$(mktemp -d /tmp/pg_idem_http_rust.XXXXXX)"
     pg_start "$server" || exit 1
     python3 scripts/sql_edition.py --out "$server/sql-edition" >/dev/null || exit 1
-    psql -q -v ON_ERROR_STOP=1 -1 -f "$server/sql-edition/pg_idem--0.5.0.sql" >/dev/null || exit 1
+    version="$(sed -nE 's/^version = "([^"]+)"/\1/p' Cargo.toml | head -n 1)"
+    psql -q -v ON_ERROR_STOP=1 -1 -f "$server/sql-edition/pg_idem--$version.sql" >/dev/null || exit 1
     export PG_IDEM_HTTP_TEST_DSN="postgresql://postgres@127.0.0.1:$PGPORT/postgres"
 fi
 rc=0
