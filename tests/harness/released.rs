@@ -1,5 +1,5 @@
 //! The released versions, for upgrade tests: the oldest one's install script, and the released
-//! 0.5.0's commit.
+//! 0.5.0 (its commit, and its SQL edition frozen under tests/sql_edition/released/).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -30,6 +30,18 @@ pub fn install_released_script() {
 /// The released 0.5.0: the tree at this commit. Its install and update scripts never change
 /// (0.6.0 holds what changed after it); the SQL edition's updates start from it.
 pub const RELEASE_0_5_0: (&str, &str) = ("0.5.0", "ef35c4890518e9c3e2ffbccf623e6c994f240afe");
+
+/// The SQL edition of the released 0.5.0 as its commit's scripts/sql_edition.py generated it,
+/// frozen in tests/sql_edition/released/ (their README says how they were made; the suite
+/// sql_edition_updates checks them against that generation): (plain install, pg_tle package).
+pub fn released_sql_edition_0_5_0() -> (String, String) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sql_edition/released");
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .unwrap_or_else(|e| panic!("tests/sql_edition/released/{name}: {e}"))
+    };
+    (read("pg_idem--0.5.0.sql"), read("pg_idem--0.5.0.tle.sql"))
+}
 
 /// The source tree of `commit`, unpacked into a new directory under `into` with `git archive`
 /// (from the repository this test runs in), or why it cannot be: git missing, or a clone
