@@ -31,7 +31,9 @@ An update is made of what the release already has, so nothing is written twice:
      dropped by step 1 or 2 first (CREATE OR REPLACE refuses it: the update fails, nothing is
      half done); then the rest of step 2's files, after their line `-- after the functions`:
      what needs this version's functions (a CHECK or a trigger that calls one, rows rewritten
-     by one);
+     by one). In an update over several releases every file's part before that line runs
+     before any file's part after it: a later file's first part cannot change what an earlier
+     file's second part creates (give it a second part of its own);
   4. the functions of schema idem that step 3 did not write (internals this version no longer
      has) dropped: in an extension only its members; in a plain install every function there,
      which belongs to pg_idem, each with a NOTICE.
