@@ -11,8 +11,8 @@
 #   scripts/package.sh sql        the SQL edition: pg_idem--<version>.sql (plain install) and
 #                                 pg_idem--<version>.tle.sql (pg_tle), for managed PostgreSQL, and
 #                                 the updates from every earlier release of it,
-#                                 pg_idem--<old>--<version>.sql and .tle.sql (none yet: 0.5.0 is
-#                                 its first)
+#                                 pg_idem--<old>--<version>.sql and .tle.sql (from 0.5.0, its
+#                                 first, on)
 #
 # Upgrade scripts (sql/pg_idem--A--B.sql) are in every package; the frozen 0.1.0 install script is
 # not (new installs get the current version).

@@ -24,11 +24,16 @@ An update is made of what the release already has, so nothing is written twice:
   1. the native edition's update scripts from OLD to this version (sql/pg_idem--A--B.sql,
      chained), their C functions given their SQL bodies as in the install;
   2. sql/edition/updates/pg_idem--A--B.sql where one exists: what only the SQL edition's own
-     objects need beyond functions (a type or a table of sql/edition/ changed);
+     objects need beyond functions (a type or a table of sql/edition/ changed), up to a line
+     `-- after the functions` if it has one;
   3. every function and comment of this version's install, CREATE OR REPLACE: so every body
      is this version's, whichever changed; a changed result type or argument list must be
      dropped by step 1 or 2 first (CREATE OR REPLACE refuses it: the update fails, nothing is
-     half done);
+     half done); then the rest of step 2's files, after their line `-- after the functions`:
+     what needs this version's functions (a CHECK or a trigger that calls one, rows rewritten
+     by one). In an update over several releases every file's part before that line runs
+     before any file's part after it: a later file's first part cannot change what an earlier
+     file's second part creates (give it a second part of its own);
   4. the functions of schema idem that step 3 did not write (internals this version no longer
      has) dropped: in an extension only its members; in a plain install every function there,
      which belongs to pg_idem, each with a NOTICE.
@@ -71,6 +76,11 @@ INTERNALS_LAST = [
 PARALLEL_UNSAFE_HERE = {"idem_watermark_wrapper"}
 # the SQL edition's first release: there is nothing older to update from
 FIRST_RELEASE = "0.5.0"
+# the releases without idem_version() (it came with 0.6.0): a plain update from one of them
+# knows it by its idem_claim found through the search_path
+WITHOUT_IDEM_VERSION = {"0.5.0"}
+# in sql/edition/updates/pg_idem--A--B.sql: what follows runs after this version's functions
+AFTER_FUNCTIONS = "-- after the functions"
 # dollar tags a body may not contain: the function's own and pg_tle's wrapper's
 BODY_TAG = "$pg_idem$"
 # in a function body: this version (sql/edition/functions/idem_version_wrapper.sql)
@@ -395,13 +405,11 @@ DECLARE
     installed text;
 BEGIN
     IF pg_catalog.to_regprocedure('idem_version()') IS NULL THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'object_not_in_prerequisite_state',
-            MESSAGE = 'pg_idem update: no pg_idem SQL edition found through the search_path',
-            DETAIL = 'This file updates pg_idem @OLD@ to @NEW@; idem_version() is not found.',
-            HINT = 'Set search_path to the schema pg_idem was installed into, then run the file again.';
+@WITHOUT_IDEM_VERSION@
+    ELSE
+        EXECUTE 'SELECT idem_version()' INTO installed;
+@WITH_IDEM_VERSION@
     END IF;
-    EXECUTE 'SELECT idem_version()' INTO installed;
     IF installed IS DISTINCT FROM '@OLD@' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'object_not_in_prerequisite_state',
@@ -412,6 +420,51 @@ BEGIN
 END
 $pg_idem_update$;
 """
+NOT_FOUND = """        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = 'pg_idem update: no pg_idem SQL edition found through the search_path',
+            DETAIL = 'This file updates pg_idem @OLD@ to @NEW@; @FUNCTION@ is not found.',
+            HINT = 'Set search_path to the schema pg_idem was installed into, then run the file again.';"""
+# a release without idem_version(): its idem_claim, and a build made after it that has
+# idem_version() and answers the same version, which no update knows (the release's objects
+# and that build's differ)
+RELEASE_WITHOUT_IDEM_VERSION = """        IF pg_catalog.to_regprocedure('idem_claim(text, text, text, interval, interval)') IS NULL THEN
+@NOT_FOUND@
+        END IF;
+        installed := '@OLD@';"""
+BUILD_AFTER_RELEASE = """        IF installed OPERATOR(pg_catalog.=) '@OLD@' THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'object_not_in_prerequisite_state',
+                MESSAGE = 'pg_idem update: this database has a build of @OLD@ made after its release, which no update knows',
+                DETAIL = 'The released @OLD@ has no idem_version(); this install has one that answers @OLD@. Nothing was changed.',
+                HINT = 'Install @NEW@ in a new database and copy pg_idem''s rows into it (docs/upgrade.md, The SQL edition).';
+        END IF;"""
+
+
+def update_guard(old, new):
+    """The first statement of a plain update: it refuses a database that is not at `old`."""
+    if old in WITHOUT_IDEM_VERSION:
+        without = RELEASE_WITHOUT_IDEM_VERSION.replace("@NOT_FOUND@", "    " + NOT_FOUND.replace("\n", "\n    "))
+        without = without.replace("@FUNCTION@", "idem_claim(text, text, text, interval, interval)")
+        with_version = BUILD_AFTER_RELEASE
+    else:
+        without = NOT_FOUND.replace("@FUNCTION@", "idem_version()")
+        with_version = ""
+    guard = UPDATE_GUARD.replace("@WITHOUT_IDEM_VERSION@\n", without + "\n")
+    guard = guard.replace("@WITH_IDEM_VERSION@\n", with_version + "\n" if with_version else "")
+    return guard.replace("@OLD@", old).replace("@NEW@", new)
+
+
+def edition_update_parts(path):
+    """sql/edition/updates/pg_idem--A--B.sql as (what runs before this version's functions,
+    what runs after them): the file is split at its line AFTER_FUNCTIONS."""
+    lines = path.read_text().split("\n")
+    marks = [i for i, line in enumerate(lines) if line.rstrip() == AFTER_FUNCTIONS]
+    if len(marks) > 1:
+        fail(f"{path.relative_to(ROOT)} has {AFTER_FUNCTIONS!r} more than once")
+    if not marks:
+        return "\n".join(lines), ""
+    return "\n".join(lines[: marks[0]]) + "\n", "\n".join(lines[marks[0] :])
 
 
 def update_script(old, plain):
@@ -421,12 +474,16 @@ def update_script(old, plain):
     parts = ["SET LOCAL check_function_bodies = off;\n"]
     if plain:
         # ALTER EXTENSION knows the version it updates from; a plain file must check it
-        parts.append(UPDATE_GUARD.replace("@OLD@", old).replace("@NEW@", new))
+        parts.append(update_guard(old, new))
     for path in update_chain(old, new):
         text = replace_c_functions(path.read_text(), used)
         parts.append(f"-- from sql/{path.name}\n{for_install(text, plain)}")
+    afterwards = []
     for path in update_chain_edition(old, new):
-        parts.append(f"-- from sql/edition/updates/{path.name}\n{for_install(path.read_text(), plain)}")
+        before, after = edition_update_parts(path)
+        parts.append(f"-- from sql/edition/updates/{path.name}\n{for_install(before, plain)}")
+        if after:
+            afterwards.append(f"-- from sql/edition/updates/{path.name}, after the functions\n{for_install(after, plain)}")
     redeclared = []
     for statement in statements(script(plain)):
         head = without_comments(statement)
@@ -437,6 +494,7 @@ def update_script(old, plain):
         elif re.match(r"COMMENT\s+ON\s+FUNCTION\b", head, re.IGNORECASE):
             redeclared.append(head)
     parts.append(f"-- every function of {new}, as its install declares it\n" + "\n".join(redeclared) + "\n")
+    parts.extend(afterwards)
     parts.append(DROP_LEFTOVERS % ("true" if plain else IN_EXTENSION))
     parts.append(
         "REVOKE ALL ON ALL FUNCTIONS IN SCHEMA idem FROM PUBLIC;\n"

@@ -150,7 +150,7 @@ pub fn keys_table_changed(difference: &str) -> IdemError {
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         "idem.keys is not the table pg_idem created".to_string(),
         difference.to_string(),
-        "Undo the change with ALTER TABLE idem.keys (pg_idem's own columns must keep the type, collation and NOT NULL that CREATE EXTENSION gave them). Columns of your own, defaults, triggers and rules are allowed: README, Operations.",
+        "Undo the change with ALTER TABLE idem.keys (pg_idem's own columns must keep the type, collation and NOT NULL that CREATE EXTENSION gave them). Columns of your own, defaults, triggers and rules are allowed: docs/maintenance.md, Changing idem.keys.",
     )
 }
 

@@ -4,7 +4,7 @@ edition against the hand-written patterns, the same on a busy machine as on a qu
 (Python 3.11, standard library only; needs valgrind).
 
     python3 bench/diagnostics/sql_edition_instructions.py --pg 17
-    python3 bench/diagnostics/sql_edition_instructions.py --pg 17 --variant opt=/tmp/pg_idem--0.5.0.sql --n 300
+    python3 bench/diagnostics/sql_edition_instructions.py --pg 17 --variant opt=/tmp/pg_idem--0.6.0.sql --n 300
     python3 bench/diagnostics/sql_edition_instructions.py --smoke     # the test command: consume only, 10 transactions
     python3 bench/diagnostics/sql_edition_instructions.py --pg 15 --native --n 300   # and the native edition
     python3 bench/diagnostics/sql_edition_instructions.py --pg 15 --guard bench/report/native-instructions-pg15-debug.json

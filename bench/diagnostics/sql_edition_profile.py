@@ -3,7 +3,7 @@
 
     python3 bench/diagnostics/sql_edition_profile.py --pg 17                       # consume, fresh, replay; 1 client, 10 s each
     python3 bench/diagnostics/sql_edition_profile.py --pg 17 --perf --seconds 8    # + CPU per step from perf call chains
-    python3 bench/diagnostics/sql_edition_profile.py --pg 17 --sql-file /tmp/opt/pg_idem--0.5.0.sql --groups consume
+    python3 bench/diagnostics/sql_edition_profile.py --pg 17 --sql-file /tmp/opt/pg_idem--0.6.0.sql --groups consume
     python3 bench/diagnostics/sql_edition_profile.py --smoke [--perf]                # the test command: consume, 1 s
 
 One throwaway server without pg_idem (scripts/lib/pg.sh, set up as bench/runners/run.py's) with

@@ -4,7 +4,7 @@ standard library only).
 
     python3 bench/runners/sql_edition.py --smoke                 # < 1 minute: proves the runner works
     python3 bench/runners/sql_edition.py --pg 17                 # full: 3 rounds x 20 s per run
-    python3 bench/runners/sql_edition.py --pg 17 --variant opt=/tmp/pg_idem--0.5.0.sql   # + a changed install file
+    python3 bench/runners/sql_edition.py --pg 17 --variant opt=/tmp/pg_idem--0.6.0.sql   # + a changed install file
 
 Two throwaway servers (scripts/lib/pg.sh, set up as bench/runners/run.py's; same settings):
 

@@ -336,7 +336,7 @@ BEGIN
                 ERRCODE = 'object_not_in_prerequisite_state',
                 MESSAGE = 'idem.keys is not the table pg_idem created',
                 DETAIL = difference,
-                HINT = 'Undo the change with ALTER TABLE idem.keys (pg_idem''s own columns must keep the type, collation and NOT NULL that CREATE EXTENSION gave them). Columns of your own, defaults, triggers and rules are allowed: README, Operations.';
+                HINT = 'Undo the change with ALTER TABLE idem.keys (pg_idem''s own columns must keep the type, collation and NOT NULL that CREATE EXTENSION gave them). Columns of your own, defaults, triggers and rules are allowed: docs/maintenance.md, Changing idem.keys.';
         END IF;
     END LOOP;
     RETURN true;

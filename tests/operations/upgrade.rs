@@ -78,6 +78,10 @@ SELECT line FROM (
     SELECT 'constraint ' || r.oid::regclass::text || ' ' || co.conname || ' ' || pg_get_constraintdef(co.oid)
       FROM rels r JOIN pg_constraint co ON co.conrelid = r.oid
     UNION ALL
+    SELECT 'trigger ' || r.oid::regclass::text || ' ' || pg_get_triggerdef(tg.oid)
+        || ' enabled ' || tg.tgenabled::text
+      FROM rels r JOIN pg_trigger tg ON tg.tgrelid = r.oid AND NOT tg.tgisinternal
+    UNION ALL
     SELECT 'sequence ' || s.seqrelid::regclass::text || ' ' || format_type(s.seqtypid, NULL)
         || ' start ' || s.seqstart || ' increment ' || s.seqincrement || ' max ' || s.seqmax
         || ' min ' || s.seqmin || ' cache ' || s.seqcache || ' cycle ' || s.seqcycle
@@ -582,4 +586,140 @@ fn messages_consumed_before_the_update_keep_whole_rows_and_new_ones_are_narrow()
         );
     }
     amcheck(&mut restored);
+}
+
+/// A version that landed never changes: every update script (and the frozen 0.1.0 install
+/// script) the released 0.5.0 shipped is here byte for byte as commit ef35c48 has it, so a
+/// database installed from that release reaches this version by the scripts it names. What
+/// changed after it is 0.6.0's (sql/pg_idem--0.5.0--0.6.0.sql).
+#[test]
+fn the_scripts_the_released_0_5_0_shipped_are_unchanged() {
+    let (version, commit) = RELEASE_0_5_0;
+    let tmp = std::env::temp_dir().join(format!("pg_idem_released_{}", std::process::id()));
+    let tree = match git_tree_at(commit, &tmp) {
+        Ok(tree) => tree,
+        Err(why) => {
+            skip_test(
+                "git_history",
+                &format!("the released {version} ({commit}) is not in this clone: {why}"),
+            );
+            return;
+        }
+    };
+    let here = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sql");
+    let mut shipped: Vec<String> = std::fs::read_dir(tree.join("sql"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("pg_idem--") && name.ends_with(".sql"))
+        .collect();
+    shipped.sort();
+    assert!(
+        shipped.contains(&format!("pg_idem--0.4.0--{version}.sql")),
+        "{shipped:?}"
+    );
+    for name in &shipped {
+        let then = std::fs::read(tree.join("sql").join(name)).unwrap();
+        let now = std::fs::read(here.join(name))
+            .unwrap_or_else(|e| panic!("sql/{name}, shipped with {version}, is gone: {e}"));
+        assert!(
+            then == now,
+            "sql/{name} differs from what {version} shipped ({commit}): a released script \
+             never changes; put the change into the next version's update script"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// The released 0.5.0 (commit ef35c48: 0.1.0 and the update scripts up to 0.5.0, which
+/// `the_scripts_the_released_0_5_0_shipped_are_unchanged` holds as it shipped them) has none of
+/// what came after it: no idem_version(), neither trigger of pg_idem's, an idem_distribute that
+/// drops none. The update to this version adds them, keeps every key, and leaves a database
+/// that is a fresh install's.
+#[test]
+fn update_from_the_released_0_5_0_adds_what_came_after_it() {
+    if native_only(NATIVE_ONLY) {
+        return;
+    }
+    let (released, _) = RELEASE_0_5_0;
+    let server = Server::start(&["pg_idem.purge_interval = 0"]);
+    install_released_script();
+    let mut db = server.client();
+    db.batch_execute(&format!(
+        "DROP EXTENSION pg_idem; CREATE EXTENSION pg_idem VERSION '{RELEASED}'; \
+         ALTER EXTENSION pg_idem UPDATE TO '{released}'"
+    ))
+    .unwrap();
+    assert_eq!(extversion(&mut db), released);
+    let has = |db: &mut Client, what: &str| -> bool {
+        let sql = match what {
+            "idem_version" => "SELECT to_regprocedure('idem_version()') IS NOT NULL".to_string(),
+            "idem_distribute drops triggers" => "SELECT prosrc LIKE '%DROP TRIGGER%' FROM pg_proc \
+                 WHERE oid = 'idem_distribute(integer)'::regprocedure"
+                .to_string(),
+            trigger => format!(
+                "SELECT EXISTS (SELECT FROM pg_trigger WHERE tgname = '{trigger}' \
+                   AND tgenabled = 'A' AND NOT tgisinternal)"
+            ),
+        };
+        db.query_one(&sql, &[]).unwrap().get(0)
+    };
+    let added = [
+        "idem_version",
+        "lift_fence_clock",
+        "tenant_grants_changed",
+        "idem_distribute drops triggers",
+    ];
+    for what in added {
+        assert!(!has(&mut db, what), "the released {released} has no {what}");
+    }
+
+    let done = claim(&mut db, "acme", "done", "h");
+    complete(&mut db, "acme", "done", done.fence.unwrap(), 201, "{}");
+    let open = claim_with(&mut db, "acme", "open", "h", "10 minutes", None);
+    let consumed: bool = db
+        .query_one("SELECT idem_consume('acme', 'message-1')", &[])
+        .unwrap()
+        .get(0);
+    assert!(consumed);
+    db.batch_execute("CREATE ROLE app_user; SELECT idem_grant_tenant('app_user', 'acme')")
+        .unwrap();
+    let keys_before = all_keys(&mut db);
+
+    db.batch_execute("ALTER EXTENSION pg_idem UPDATE").unwrap();
+    assert_eq!(extversion(&mut db), current_version());
+    for what in added {
+        assert!(has(&mut db, what), "{what} after the update");
+    }
+    let mut db = server.client();
+    let version: String = db.query_one("SELECT idem_version()", &[]).unwrap().get(0);
+    assert_eq!(version, current_version());
+    assert_eq!(all_keys(&mut db), keys_before);
+    assert_eq!(claim(&mut db, "acme", "done", "h").outcome, "completed");
+    assert_eq!(claim(&mut db, "acme", "open", "h").outcome, "in_progress");
+    complete(&mut db, "acme", "open", open.fence.unwrap(), 200, "{}");
+    let again: bool = db
+        .query_one("SELECT idem_consume('acme', 'message-1')", &[])
+        .unwrap()
+        .get(0);
+    assert!(!again, "a message consumed under {released}");
+
+    db.batch_execute("CREATE DATABASE fresh").unwrap();
+    let mut fresh = server.client_db("fresh");
+    fresh.batch_execute("CREATE EXTENSION pg_idem").unwrap();
+    let upgraded = without_keys_order(describe(&mut db));
+    let installed = without_keys_order(describe(&mut fresh));
+    let only_upgraded: Vec<_> = upgraded.difference(&installed).collect();
+    let only_fresh: Vec<_> = installed.difference(&upgraded).collect();
+    assert!(
+        only_upgraded.is_empty() && only_fresh.is_empty(),
+        "{released} updated differs from a fresh install of {}:\n  only after the update:\n    {}\n  only in a fresh install:\n    {}",
+        current_version(),
+        only_upgraded.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n    "),
+        only_fresh.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n    "),
+    );
+    let triggers: Vec<_> = upgraded
+        .iter()
+        .filter(|l| l.starts_with("trigger "))
+        .collect();
+    assert_eq!(triggers.len(), 2, "pg_idem's two triggers: {triggers:?}");
 }

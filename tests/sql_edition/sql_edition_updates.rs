@@ -2,25 +2,32 @@
 //! plain update run by pg_idem's owner, and through pg_tle `pgtle.install_update_path` and
 //! `ALTER EXTENSION pg_idem UPDATE` on a managed-style server, with no superuser.
 //!
-//! 0.5.0 is the SQL edition's first release, so there is no real older one to update from yet.
-//! The test makes a release pair from this source tree, as the next release will look:
-//! - OLD: this tree (its version, 0.5.0 now), plus an internal function (schema idem) that the
-//!   next release drops;
-//! - NEW: this tree with the patch version raised (0.5.1), a new C function (declared in
-//!   sql/extras.sql and in the native update script sql/pg_idem--OLD--NEW.sql, its SQL body
-//!   in sql/edition/functions/), a changed internal body (an error's detail) and a changed
-//!   comment.
+//! Two kinds of update:
+//! - from the released 0.5.0 (the SQL edition's first release, commit ef35c48, frozen in
+//!   tests/sql_edition/released/) to this version: the update `--updates` generates from this
+//!   tree, plainly with `psql -1` and through pg_tle;
+//! - from this tree to a made-up next release, as the next release will look:
+//!   - OLD: this tree (its version), plus an internal function (schema idem) that the next
+//!     release drops;
+//!   - NEW: this tree with the patch version raised, a new C function (declared in
+//!     sql/extras.sql and in the native update script sql/pg_idem--OLD--NEW.sql, its SQL body
+//!     in sql/edition/functions/), a changed internal body (an error's detail) and a changed
+//!     comment.
 //!
-//! A database on OLD with keys, a tenant grant and a DBA's grant is updated, and must then be
-//! what a fresh NEW install is (every function's definition, comment and privileges, every
-//! column of idem's tables), keep its keys and answers, run the new and the changed bodies, and
-//! have lost the dropped internal.
+//! A database on the older version with keys, a tenant grant and a DBA's grant is updated, and
+//! must then be what a fresh install of the newer one is (every function's definition, comment
+//! and privileges; every table, index, constraint, trigger and column of schema idem and the
+//! attributes of its types), keep its keys and answers, run the new and the changed bodies, and
+//! have lost the dropped internals.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pg_idem_tests::managed::{self, ManagedServer};
-use pg_idem_tests::{current_version, simple_one, sqlstate, Client, Column, Server};
+use pg_idem_tests::{
+    current_version, git_tree_at, released_sql_edition_0_5_0, simple_one, skip_test, sqlstate,
+    Client, Column, Server, RELEASE_0_5_0,
+};
 
 /// The made-up NEW release: OLD with its patch version raised.
 fn new_version() -> String {
@@ -187,6 +194,38 @@ fn admin_client(server: &Server, dbname: &str) -> Client {
 
 /// Everything an update must make equal to a fresh install, one line per object.
 fn catalog(db: &mut Client) -> Vec<String> {
+    let mut lines = functions_and_columns(db);
+    lines.extend(db.column::<String>(
+        "SELECT line FROM (
+             SELECT pg_catalog.format('relation %s %s %s %s', c.oid::pg_catalog.regclass, c.relkind,
+                        c.relacl, pg_catalog.obj_description(c.oid, 'pg_class')) AS line
+               FROM pg_catalog.pg_class AS c WHERE c.relnamespace = 'idem'::pg_catalog.regnamespace
+             UNION ALL
+             SELECT pg_catalog.format('attribute %s.%s %s', c.oid::pg_catalog.regclass, a.attname,
+                        pg_catalog.format_type(a.atttypid, a.atttypmod))
+               FROM pg_catalog.pg_class AS c
+               JOIN pg_catalog.pg_attribute AS a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+              WHERE c.relnamespace = 'idem'::pg_catalog.regnamespace AND c.relkind = 'c'
+             UNION ALL
+             SELECT pg_catalog.format('constraint %s %s %s', co.conrelid::pg_catalog.regclass, co.conname,
+                        pg_catalog.pg_get_constraintdef(co.oid))
+               FROM pg_catalog.pg_constraint AS co WHERE co.connamespace = 'idem'::pg_catalog.regnamespace
+             UNION ALL
+             SELECT pg_catalog.format('index %s', pg_catalog.pg_get_indexdef(i.indexrelid))
+               FROM pg_catalog.pg_index AS i JOIN pg_catalog.pg_class AS c ON c.oid = i.indrelid
+              WHERE c.relnamespace = 'idem'::pg_catalog.regnamespace
+             UNION ALL
+             SELECT pg_catalog.format('trigger %s enabled %s', pg_catalog.pg_get_triggerdef(tg.oid), tg.tgenabled)
+               FROM pg_catalog.pg_trigger AS tg JOIN pg_catalog.pg_class AS c ON c.oid = tg.tgrelid
+              WHERE c.relnamespace = 'idem'::pg_catalog.regnamespace AND NOT tg.tgisinternal
+         ) AS described ORDER BY line",
+        &[],
+    ));
+    lines
+}
+
+/// Every function's definition, comment and privileges, and every column of idem's tables.
+fn functions_and_columns(db: &mut Client) -> Vec<String> {
     let mut lines: Vec<String> = db.column(
         "SELECT pg_catalog.format('%s | %s | %s | %s', p.oid::pg_catalog.regprocedure,
                     pg_catalog.pg_get_functiondef(p.oid),
@@ -248,6 +287,12 @@ fn check_updated(db: &mut Client) {
         "t",
         "the internal the next release no longer has is dropped"
     );
+    check_populated(db);
+}
+
+/// The keys, grant and revoke of [`populate`] answer as before, in the owner's session `db`.
+fn check_populated(db: &mut Client) {
+    let one = |db: &mut Client, sql: &str| simple_one(db, sql).unwrap().unwrap_or_default();
     // the keys answer as before
     assert_eq!(
         one(db, "SELECT format('%s %s %s', outcome, response_code, response_body) FROM idem_claim('t', 'done', 'h')"),
@@ -452,4 +497,357 @@ fn alter_extension_update_through_pg_tle_makes_what_a_fresh_create_extension_mak
         Some(new_version().as_str())
     );
     assert_eq!(updated, catalog(&mut admin));
+}
+
+// ---------------------------------------------------------------------------------------------
+// From the released 0.5.0 (commit ef35c48) to this version.
+
+/// The frozen SQL edition of the released 0.5.0 (tests/sql_edition/released/) is what that
+/// commit's scripts/sql_edition.py generates, byte for byte: the updates below start from what
+/// a database installed from the release has.
+#[test]
+fn the_frozen_0_5_0_is_what_its_commit_generates() {
+    let (version, commit) = RELEASE_0_5_0;
+    let base = std::env::temp_dir().join(format!("pg_idem_frozen_{}", std::process::id()));
+    let tree = match git_tree_at(commit, &base) {
+        Ok(tree) => tree,
+        Err(why) => {
+            skip_test(
+                "git_history",
+                &format!("the released {version} ({commit}) is not in this clone: {why}"),
+            );
+            return;
+        }
+    };
+    let out = generate(&tree, &[]);
+    let (plain, tle) = released_sql_edition_0_5_0();
+    let generated = |name: &str| std::fs::read_to_string(out.join(name)).unwrap();
+    assert!(
+        generated(&format!("pg_idem--{version}.sql")) == plain,
+        "tests/sql_edition/released/pg_idem--{version}.sql is not what {commit} generates"
+    );
+    assert!(
+        generated(&format!("pg_idem--{version}.tle.sql")) == tle,
+        "tests/sql_edition/released/pg_idem--{version}.tle.sql is not what {commit} generates"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// This tree's SQL edition: (plain update from the released 0.5.0, its pg_tle update, plain
+/// install), as `scripts/sql_edition.py --updates` writes them.
+fn updates_from_the_release() -> (String, String, String) {
+    let test = std::thread::current().name().unwrap_or("test").to_string();
+    let base =
+        std::env::temp_dir().join(format!("pg_idem_sql_release_{}_{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    copy_tree(&base);
+    let out = generate(&base, &["--updates"]);
+    let (old, new) = (RELEASE_0_5_0.0, current_version());
+    let read = |name: String| {
+        std::fs::read_to_string(out.join(&name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    let files = (
+        read(format!("pg_idem--{old}--{new}.sql")),
+        read(format!("pg_idem--{old}--{new}.tle.sql")),
+        read(format!("pg_idem--{new}.sql")),
+    );
+    let _ = std::fs::remove_dir_all(&base);
+    files
+}
+
+/// Runs `sql` with psql as pg_idem's owner ([`managed::ADMIN`]) in database `dbname`, the way
+/// the docs tell an owner to run an install or update file: `psql -1 -v ON_ERROR_STOP=1 -f`.
+fn psql_file(server: &Server, dbname: &str, sql: &str) -> std::process::Output {
+    let file = server.dir().join(format!("{dbname}-{}.sql", sql.len()));
+    std::fs::write(&file, sql).unwrap();
+    let port = server.port.to_string();
+    server.run_bin(
+        "psql",
+        &[
+            "-X",
+            "-q",
+            "-1",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-U",
+            managed::ADMIN,
+            "-d",
+            dbname,
+            "-f",
+            &file.to_string_lossy(),
+        ],
+    )
+}
+
+/// [`populate`], and settings the owner wrote into 0.5.0's idem.settings as 0.5.0 read them
+/// (a number with spaces, a Boolean spelt `no`), which 0.6.0 stores checked and normalised.
+fn populate_release(db: &mut Client) {
+    populate(db);
+    db.batch_execute(
+        "INSERT INTO idem.settings VALUES ('pg_idem.max_key_length', ' 300'), \
+                                          ('pg_idem.purge_in_passing', 'no')",
+    )
+    .expect("0.5.0's settings");
+}
+
+/// `updated` and `fresh` (catalogs of [`catalog`]) are the same; else the lines of each alone.
+fn assert_same_catalog(updated: &[String], fresh: &[String], what: &str) {
+    let only = |a: &[String], b: &[String]| -> Vec<String> {
+        a.iter()
+            .filter(|line| !b.contains(line))
+            .map(|line| line.replace('\n', "\n        "))
+            .collect()
+    };
+    let (only_updated, only_fresh) = (only(updated, fresh), only(fresh, updated));
+    assert!(
+        only_updated.is_empty() && only_fresh.is_empty() && updated.len() == fresh.len(),
+        "{what} differs from a fresh install:\n  only after the update:\n    {}\n  only in a fresh install:\n    {}",
+        only_updated.join("\n    "),
+        only_fresh.join("\n    "),
+    );
+}
+
+/// What the released 0.5.0 has not: idem_version(), idem.role_settings, the key lock secret.
+fn has_what_came_after_0_5_0(db: &mut Client) -> [bool; 3] {
+    let one = |db: &mut Client, sql: &str| simple_one(db, sql).unwrap().as_deref() == Some("t");
+    [
+        one(
+            db,
+            "SELECT pg_catalog.to_regprocedure('idem_version()') IS NOT NULL",
+        ),
+        one(
+            db,
+            "SELECT pg_catalog.to_regclass('idem.role_settings') IS NOT NULL",
+        ),
+        one(
+            db,
+            "SELECT pg_catalog.to_regclass('idem.key_lock_secret') IS NOT NULL",
+        ),
+    ]
+}
+
+/// What must hold after the update from the released 0.5.0, in the owner's session `db`.
+fn check_updated_from_release(db: &mut Client) {
+    let one = |db: &mut Client, sql: &str| simple_one(db, sql).unwrap().unwrap_or_default();
+    assert_eq!(has_what_came_after_0_5_0(db), [true; 3]);
+    assert_eq!(one(db, "SELECT idem_version()"), current_version());
+    check_populated(db);
+    // 0.5.0's rows, as 0.6.0 stores them, and in force: a key of 300 bytes is taken
+    assert_eq!(
+        one(
+            db,
+            "SELECT string_agg(name || '=' || value, ',' ORDER BY name) FROM idem.settings"
+        ),
+        "pg_idem.max_key_length=300,pg_idem.purge_in_passing=off"
+    );
+    assert_eq!(
+        one(
+            db,
+            "SELECT outcome FROM idem_claim('t', repeat('k', 300), 'h')"
+        ),
+        "claimed"
+    );
+    // the tables 0.6.0 added work: a role's setting, checked and stored in the base unit
+    db.batch_execute(&format!(
+        "INSERT INTO idem.role_settings VALUES ('{}', 'pg_idem.lease_timeout', '30s')",
+        managed::USER
+    ))
+    .expect("a role's setting");
+    assert_eq!(one(db, "SELECT value FROM idem.role_settings"), "30000");
+    db.batch_execute("DELETE FROM idem.role_settings").unwrap();
+    assert_eq!(
+        one(
+            db,
+            "SELECT count(*) FROM idem.key_lock_secret WHERE octet_length(secret) >= 16"
+        ),
+        "1"
+    );
+    // a key locked and claimed afresh with the secret: new keys, completions and consumes
+    let fence = one(db, "SELECT fence FROM idem_claim('t', 'after', 'h')");
+    db.batch_execute(&format!(
+        "SELECT idem_complete('t', 'after', {fence}, 200, '{{}}')"
+    ))
+    .expect("complete a key claimed after the update");
+    assert_eq!(one(db, "SELECT idem_consume('t', 'message-2')"), "t");
+}
+
+#[test]
+fn the_plain_update_from_the_released_0_5_0_makes_a_fresh_install() {
+    let (old, _) = RELEASE_0_5_0;
+    let (released_plain, _) = released_sql_edition_0_5_0();
+    let (update_plain, _, new_plain) = updates_from_the_release();
+    let server = Server::start_bare(&[]);
+    let mut postgres = server.client();
+    postgres
+        .batch_execute(&format!(
+            "CREATE ROLE {} LOGIN CREATEROLE; CREATE ROLE {} LOGIN;",
+            managed::ADMIN,
+            managed::USER
+        ))
+        .unwrap();
+    for dbname in ["updated", "fresh", "refused"] {
+        postgres
+            .batch_execute(&format!(
+                "CREATE DATABASE {dbname} OWNER {}",
+                managed::ADMIN
+            ))
+            .unwrap();
+    }
+    let out = psql_file(&server, "updated", &released_plain);
+    assert!(out.status.success(), "plain install of {old}: {out:?}");
+    let mut updated = admin_client(&server, "updated");
+    populate_release(&mut updated);
+    assert_eq!(has_what_came_after_0_5_0(&mut updated), [false; 3]);
+
+    let out = psql_file(&server, "updated", &update_plain);
+    assert!(out.status.success(), "plain update from {old}: {out:?}");
+    let mut updated = admin_client(&server, "updated");
+    check_updated_from_release(&mut updated);
+
+    let out = psql_file(&server, "fresh", &new_plain);
+    assert!(
+        out.status.success(),
+        "plain install of {}: {out:?}",
+        current_version()
+    );
+    let mut fresh = admin_client(&server, "fresh");
+    fresh
+        .batch_execute("REVOKE EXECUTE ON FUNCTION idem_new_key() FROM PUBLIC")
+        .unwrap();
+    assert_same_catalog(
+        &catalog(&mut updated),
+        &catalog(&mut fresh),
+        &format!("{old} updated plainly"),
+    );
+
+    // run again, the update refuses: the database has this version now
+    let out = psql_file(&server, "updated", &update_plain);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the update twice: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "this file updates {old} to {}, and this database has {}",
+            current_version(),
+            current_version()
+        )),
+        "{stderr}"
+    );
+    // a build of 0.5.0 made after its release (it has idem_version()) is no 0.5.0 the update
+    // knows: refused, nothing changed
+    fresh
+        .batch_execute(&format!(
+            "CREATE OR REPLACE FUNCTION idem_version() RETURNS text LANGUAGE sql AS $$ SELECT '{old}'::text $$"
+        ))
+        .unwrap();
+    let before = catalog(&mut fresh);
+    let out = psql_file(&server, "fresh", &update_plain);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "this database has a build of {old} made after its release"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(catalog(&mut admin_client(&server, "fresh")), before);
+
+    // a setting 0.5.0 took and 0.6.0 refuses stops the update with the native error naming
+    // it, before anything changed; corrected, the update runs
+    let out = psql_file(&server, "refused", &released_plain);
+    assert!(out.status.success(), "plain install of {old}: {out:?}");
+    let mut refused = admin_client(&server, "refused");
+    refused
+        .batch_execute("INSERT INTO idem.settings VALUES ('pg_idem.max_key_length', '5000')")
+        .unwrap();
+    let out = psql_file(&server, "refused", &update_plain);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            r#"5000 is outside the valid range for parameter "pg_idem.max_key_length" (1 .. 1024)"#
+        ),
+        "{stderr}"
+    );
+    assert_eq!(has_what_came_after_0_5_0(&mut refused), [false; 3]);
+    refused
+        .batch_execute("UPDATE idem.settings SET value = '1024'")
+        .unwrap();
+    let out = psql_file(&server, "refused", &update_plain);
+    assert!(
+        out.status.success(),
+        "the update, the row corrected: {out:?}"
+    );
+    assert_eq!(has_what_came_after_0_5_0(&mut refused), [true; 3]);
+}
+
+#[test]
+fn alter_extension_update_from_the_released_0_5_0_through_pg_tle_makes_a_fresh_create_extension() {
+    let (old, _) = RELEASE_0_5_0;
+    let (_, released_tle) = released_sql_edition_0_5_0();
+    let (_, update_tle, _) = updates_from_the_release();
+    let Some(server) = ManagedServer::start(pg_idem_tests::major()) else {
+        return;
+    };
+    let mut admin = server.client_as(managed::ADMIN);
+    let extversion = |db: &mut Client| {
+        simple_one(
+            db,
+            "SELECT extversion FROM pg_extension WHERE extname = 'pg_idem'",
+        )
+        .unwrap()
+        .unwrap_or_default()
+    };
+    admin
+        .batch_execute(&released_tle)
+        .unwrap_or_else(|e| panic!("register {old} with pg_tle: {e:?}"));
+    admin
+        .batch_execute("CREATE EXTENSION pg_idem")
+        .unwrap_or_else(|e| panic!("CREATE EXTENSION pg_idem ({old}): {e:?}"));
+    assert_eq!(extversion(&mut admin), old);
+    populate_release(&mut admin);
+    assert_eq!(has_what_came_after_0_5_0(&mut admin), [false; 3]);
+    admin
+        .batch_execute(&update_tle)
+        .unwrap_or_else(|e| panic!("register the update from {old} with pg_tle: {e:?}"));
+    admin
+        .batch_execute("ALTER EXTENSION pg_idem UPDATE")
+        .unwrap_or_else(|e| panic!("ALTER EXTENSION pg_idem UPDATE from {old}: {e:?}"));
+    let mut admin = server.client_as(managed::ADMIN);
+    assert_eq!(extversion(&mut admin), current_version());
+    check_updated_from_release(&mut admin);
+    // every function and table is a member of the extension (a DROP EXTENSION leaves none)
+    assert_eq!(
+        simple_one(
+            &mut admin,
+            "SELECT count(*) FROM (
+                 SELECT p.oid, 'pg_proc'::regclass AS classid FROM pg_catalog.pg_proc AS p
+                  WHERE p.pronamespace = 'idem'::regnamespace OR p.proname LIKE 'idem%'
+                 UNION ALL
+                 SELECT c.oid, 'pg_class'::regclass FROM pg_catalog.pg_class AS c
+                  WHERE c.relnamespace = 'idem'::regnamespace AND c.relkind IN ('r', 'S')
+             ) AS o
+              WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_depend AS d
+                                 WHERE d.classid = o.classid AND d.objid = o.oid AND d.deptype = 'e')"
+        )
+        .unwrap()
+        .as_deref(),
+        Some("0")
+    );
+    let updated = catalog(&mut admin);
+    admin
+        .batch_execute(
+            "DROP EXTENSION pg_idem; CREATE EXTENSION pg_idem;
+             REVOKE EXECUTE ON FUNCTION idem_new_key() FROM PUBLIC;",
+        )
+        .expect("CREATE EXTENSION pg_idem (this version)");
+    assert_eq!(extversion(&mut admin), current_version());
+    assert_same_catalog(
+        &updated,
+        &catalog(&mut admin),
+        &format!("{old} updated through pg_tle"),
+    );
 }

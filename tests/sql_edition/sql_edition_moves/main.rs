@@ -28,8 +28,8 @@
 //!    under the same names; then the other edition, freshly installed in the database:
 //!    - native: `shared_preload_libraries = 'pg_idem'` (a restart), then as a superuser
 //!      `CREATE EXTENSION pg_idem;`
-//!    - SQL edition, plain: `psql DST -U owner -X -1 -v ON_ERROR_STOP=1 -f pg_idem--0.5.0.sql`
-//!    - SQL edition, pg_tle: `psql DST -U owner -X -v ON_ERROR_STOP=1 -f pg_idem--0.5.0.tle.sql`
+//!    - SQL edition, plain: `psql DST -U owner -X -1 -v ON_ERROR_STOP=1 -f pg_idem--0.6.0.sql`
+//!    - SQL edition, pg_tle: `psql DST -U owner -X -v ON_ERROR_STOP=1 -f pg_idem--0.6.0.tle.sql`
 //!      then `CREATE EXTENSION pg_idem;`
 //! 3. The rows (keys, watermarks, tenant grants), as data only, then the fence floor, which
 //!    goes up to the source's and never down (a target that handed out fences already keeps
@@ -75,7 +75,7 @@
 //! ## A whole database, native -> SQL edition through pg_tle
 //!
 //! With pg_tle created in the target database, pg_idem registered there but not created
-//! (`psql DST -U owner -X -v ON_ERROR_STOP=1 -f pg_idem--0.5.0.tle.sql`) and the roles in
+//! (`psql DST -U owner -X -v ON_ERROR_STOP=1 -f pg_idem--0.6.0.tle.sql`) and the roles in
 //! place, the native dump's `CREATE EXTENSION pg_idem` creates the SQL edition, and the
 //! config-dumped rows and the sequence follow it, with the application's own tables:
 //! ```sh
