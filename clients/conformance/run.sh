@@ -62,11 +62,10 @@ if wants native || wants pooler; then
 fi
 
 if wants sql; then
-    python3 scripts/sql_edition.py --out "$work/sql-edition" >/dev/null
+    install_file="$(sql_edition_file "$work/sql-edition")"
     pg_start "$work/pg-sql" "max_connections = 200"
     # the owner a managed service gives you: no superuser, owns its database
     psql -q -v ON_ERROR_STOP=1 -c 'CREATE ROLE app_owner LOGIN CREATEROLE'
-    install_file="$(ls "$work"/sql-edition/pg_idem--*.sql | grep -v -e '--.*--' -e '\.tle\.sql$' | head -n 1)"
     for db in app app_old app_noversion app_planted app_empty; do
         psql -q -v ON_ERROR_STOP=1 -c "CREATE DATABASE $db OWNER app_owner"
         [ "$db" = app_empty ] && continue
@@ -89,7 +88,7 @@ if wants sql; then
 fi
 
 if wants pooler; then
-    pg_bouncer_start "$work/pgbouncer" "$native_port" postgres 8
+    pg_bouncer_start "$work/pgbouncer" "$native_port" postgres 16
     bouncer_pid="$BOUNCER_PID"
     bouncer_port="$BOUNCER_PORT"
     export PG_IDEM_HTTP_DSN_POOLER="postgresql://postgres@127.0.0.1:$bouncer_port/postgres"

@@ -21,8 +21,8 @@ if [ -z "${PG_IDEM_HTTP_TEST_DSN:-}" ]; then
     source scripts/lib/pg.sh
     server="$(mktemp -d /tmp/pg_idem_http_java.XXXXXX)"
     pg_start "$server" || exit 1
-    python3 scripts/sql_edition.py --out "$server/sql-edition" >/dev/null || exit 1
-    psql -q -v ON_ERROR_STOP=1 -1 -f "$server/sql-edition/pg_idem--0.5.0.sql" >/dev/null || exit 1
+    install_file="$(sql_edition_file "$server/sql-edition")" || exit 1
+    psql -q -v ON_ERROR_STOP=1 -1 -f "$install_file" >/dev/null || exit 1
     export PG_IDEM_HTTP_TEST_DSN="postgresql://postgres@127.0.0.1:$PGPORT/postgres"
 fi
 

@@ -31,9 +31,8 @@ if [ -z "${PG_IDEM_HTTP_TEST_DSN:-}" ]; then
     [ "$(id -u)" = 0 ] && chown -R postgres "$server/tls"
     pg_start "$server" "ssl = on" "ssl_cert_file = '$server/tls/server.crt'" "ssl_key_file = '$server/tls/server.key'" || exit 1
     export PG_IDEM_HTTP_TLS_CA="$server/tls/ca.pem"
-    python3 scripts/sql_edition.py --out "$server/sql-edition" >/dev/null || exit 1
-    version="$(sed -nE 's/^version = "([^"]+)"/\1/p' Cargo.toml | head -n 1)"
-    psql -q -v ON_ERROR_STOP=1 -1 -f "$server/sql-edition/pg_idem--$version.sql" >/dev/null || exit 1
+    install_file="$(sql_edition_file "$server/sql-edition")" || exit 1
+    psql -q -v ON_ERROR_STOP=1 -1 -f "$install_file" >/dev/null || exit 1
     export PG_IDEM_HTTP_TEST_DSN="postgresql://postgres@127.0.0.1:$PGPORT/postgres"
 fi
 rc=0

@@ -5,6 +5,8 @@
 #   pg_stop DIR                              stop the server (fast) and remove DIR
 #   pg_run CMD...                            run CMD as the server's OS user
 #   pg_bouncer_start DIR PORT DBNAME POOL    a PgBouncer in transaction mode in front of PORT
+#   sql_edition_file DIR                     writes the SQL edition into DIR and prints the path
+#                                            of this version's install file (from the repository root)
 #
 # PostgreSQL refuses to run as root, so as root the server runs as the `postgres` user.
 
@@ -106,4 +108,12 @@ pg_bouncer_start() {
     done
     cat "$dir/pgbouncer.log" >&2
     return 1
+}
+
+sql_edition_file() {
+    python3 scripts/sql_edition.py --out "$1" >/dev/null || return 1
+    local version
+    version="$(sed -nE 's/^version = "([^"]+)"/\1/p' Cargo.toml | head -n 1)"
+    [ -f "$1/pg_idem--$version.sql" ] || { echo "sql_edition_file: no $1/pg_idem--$version.sql" >&2; return 1; }
+    echo "$1/pg_idem--$version.sql"
 }
