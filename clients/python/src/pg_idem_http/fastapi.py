@@ -18,7 +18,8 @@ from .core import Reject, Route
 __all__ = ["Idem", "Lease", "get_idem", "IdempotencyMiddleware", "Route", "Reject"]
 
 
-def get_idem(request: Request) -> Union[IdemContext, LeaseContext]:
+# async: FastAPI runs a plain `def` dependency in its thread pool, a thread hand-off per request
+async def get_idem(request: Request) -> Union[IdemContext, LeaseContext]:
     try:
         return request.state.idem
     except AttributeError:

@@ -54,11 +54,12 @@ def record(outcome: str, route: Any = None, **details: Any) -> None:
         raise ValueError(f"not an outcome of the contract: {outcome}")
     with _lock:
         _counts[outcome] += 1
-    where = f"{route.method} {route.route}" if route is not None else "-"
     level = logging.ERROR if outcome in _ERRORS else logging.DEBUG
-    exc = details.pop("exc", None)
-    log.log(level, "pg_idem %s: %s %s", outcome, where,
-            " ".join(f"{k}={v}" for k, v in details.items()), exc_info=exc)
+    if log.isEnabledFor(level):  # the message is built only when someone reads it
+        where = f"{route.method} {route.route}" if route is not None else "-"
+        exc = details.pop("exc", None)
+        log.log(level, "pg_idem %s: %s %s", outcome, where,
+                " ".join(f"{k}={v}" for k, v in details.items()), exc_info=exc)
     counter = _otel_counter()
     if counter is not None:
         attrs = {"pg_idem.outcome": outcome}
