@@ -148,7 +148,8 @@ def main(argv=None) -> int:
     if "rust" in pairs:
         # the reference app and its hand-written twin, built alike
         subprocess.run(["cargo", "build", "-q", *(["--release"] if profile == "release" else []),
-                        "-p", "pg-idem-http", "--bin", "pg-idem-http-reference", "-p", "handwritten-axum"],
+                        "-p", "pg-idem-http", "--bin", "pg-idem-http-reference",
+                        "-p", "handwritten-axum", "--bin", "handwritten-axum"],
                        cwd=REPO, check=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
