@@ -8,6 +8,7 @@
 #
 #   scripts/package.sh            the .deb and a tarball for every other supported version
 #   scripts/package.sh deb 17     only these (deb, or majors)
+#   scripts/package.sh --out DIR ...   into DIR instead (scripts/release.sh)
 #   scripts/package.sh sql        the SQL edition: pg_idem--<version>.sql (plain install) and
 #                                 pg_idem--<version>.tle.sql (pg_tle), for managed PostgreSQL, and
 #                                 the updates from every earlier release of it,
@@ -24,6 +25,10 @@ source scripts/lib/versions.sh
 
 version="$(sed -nE 's/^version = "([^"]+)"/\1/p' Cargo.toml | head -n 1)"
 out="$root/target/packages"
+if [ "${1:-}" = --out ]; then
+    out="$(realpath -m "$2")"
+    shift 2
+fi
 mkdir -p "$out"
 targets=("$@")
 if [ "${#targets[@]}" = 0 ]; then

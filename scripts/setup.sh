@@ -8,6 +8,8 @@
 #   scripts/setup.sh               PostgreSQL 15 only (what the demo needs)
 #   scripts/setup.sh 14 15 18      these versions
 #   scripts/setup.sh all          every supported version (what the test command needs)
+#   scripts/setup.sh --release ...  also PGXN's META.json validator, pgxn_meta (the release
+#                                   command and its check: scripts/release.sh, tests/release/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/versions.sh
@@ -17,6 +19,11 @@ as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
 
+release=0
+if [ "${1:-}" = --release ]; then
+    release=1
+    shift
+fi
 wanted=("$@")
 [ "${#wanted[@]}" = 0 ] && wanted=(15)
 [ "${wanted[*]}" = all ] && wanted=("${SUPPORTED_PG[@]}")
@@ -50,6 +57,13 @@ if ! cargo pgrx --version 2>/dev/null | grep -q "0.18.1"; then
     # 300 crates (the release profile) costs minutes of a fresh machine's setup and saves nothing
     echo "setup: installing cargo-pgrx 0.18.1 (a few minutes on 2 cores)" >&2
     cargo install cargo-pgrx --version 0.18.1 --locked --debug
+fi
+
+# PGXN's own validator of META.json (the pgxn_meta crate, by PGXN's maintainers): the release
+# command validates META.json before it zips the source, and tests/release/pgxn.sh the zip's
+if [ "$release" = 1 ] && ! "${CARGO_HOME:-$HOME/.cargo}/bin/pgxn_meta" --version 2>/dev/null | grep -q "0.7.0"; then
+    echo "setup: installing pgxn_meta 0.7.0 (PGXN's META.json validator)" >&2
+    cargo install pgxn_meta --version 0.7.0 --locked --debug
 fi
 
 # `cargo pgrx init` rewrites its whole config, so it names every version present, not only

@@ -58,7 +58,10 @@ has_version() { [[ " ${versions[*]} " == *" $1 "* ]]; }
 # the whole command's budget on 2 cores, setup included: the report says when a run went over
 steps_budget=2700
 [ "$mode" = quick ] && steps_budget=600
-time_setup setup scripts/setup.sh "${versions[@]}" || exit 1
+setup_args=("${versions[@]}")
+# the release step's PGXN validator (tests/release/)
+[ "$mode" = all ] && has_version 15 && setup_args=(--release "${versions[@]}")
+time_setup setup scripts/setup.sh "${setup_args[@]}" || exit 1
 # Citus (the cluster suite, tests/cluster/citus/, on 15): from ../shared/citus where this machine
 # kind has it, and then required; elsewhere the suite is reported as skipped
 citus_installer="$root/../shared/citus/install.sh"
@@ -177,10 +180,13 @@ pg15_only() {
     step clients-setup clients/setup.sh
     join_steps
     step pg15-http with_pg 15 clients/test.sh
-    # the .deb, never installed: checked unpacked, the demo against a copy of Debian's 15. Its
-    # release build (fat LTO, one codegen unit: minutes of CPU) runs beside the benchmarks'
-    # smoke runs, which last as long as their fixed durations whatever the load, and run no cargo
-    step_bg package tests/package/run.sh
+    # the release (scripts/release.sh), every artifact checked from itself alone in a clean place
+    # (tests/release/run.sh): the .deb and the tarballs laid into copies of their PostgreSQL with
+    # the demo, the SQL edition's files by a non-superuser, the PGXN zip, the HTTP packages with
+    # their quick starts. Its release builds (fat LTO, one codegen unit: minutes of CPU each) run
+    # beside the benchmarks' smoke runs, which last as long as their fixed durations whatever
+    # the load, and run no cargo
+    step_bg release tests/release/run.sh
     bench_smoke
     join_steps
 }

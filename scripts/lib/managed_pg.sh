@@ -22,7 +22,7 @@
 # directories share a prefix with the configured bindir (Debian's: /usr/lib/postgresql/15/bin,
 # /usr/share/postgresql/15, /usr/lib/postgresql/15/lib, /usr/include/postgresql/15/server, all
 # under /usr), so a copy that keeps Debian's layout below a new usr/ runs from its copy, as
-# tests/package/run.sh does; the relocatable trees compute everything from their bin/. Checked
+# tests/release/deb.sh does; the relocatable trees compute everything from their bin/. Checked
 # below on the copy's pg_config, and the server's PKGLIBDIR/SHAREDIR by
 # tests/sql_edition/managed_server.rs.
 #

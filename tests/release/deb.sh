@@ -2,8 +2,8 @@
 # Checks the Debian package without installing it: the machine's own PostgreSQL 15, and any
 # pg_idem installed into it (by a package, scripts/install.sh or the demo), stay as they are.
 #
-#   tests/package/run.sh          builds it first (scripts/package.sh deb)
-#   tests/package/run.sh DEB      checks DEB
+#   tests/release/deb.sh          builds it first (scripts/package.sh deb)
+#   tests/release/deb.sh DEB      checks DEB (tests/release/run.sh: the release's)
 #
 # What it checks: the metadata (`dpkg-deb -f`: name, version, architecture, Depends naming
 # postgresql-15 and the package of every library pg_idem.so links), the file list
@@ -17,7 +17,7 @@
 # that copy. Last, that the system's PostgreSQL 15 directories were not touched.
 # Prints "ok"/"not ok" per check and "N passed, N failed" at the end, as the other runners.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 root="$(pwd)"
 
 version="$(sed -nE 's/^version = "([^"]+)"/\1/p' Cargo.toml | head -n 1)"
@@ -25,38 +25,8 @@ name=postgresql-15-pg-idem
 sys_lib=/usr/lib/postgresql/15/lib
 sys_share=/usr/share/postgresql/15
 
-passed=0
-failed=0
-# check DESCRIPTION CMD...: one check, counted
-check() {
-    local what="$1" out
-    shift
-    if out="$("$@" 2>&1)"; then
-        passed=$((passed + 1))
-        echo "ok - $what"
-    else
-        failed=$((failed + 1))
-        echo "not ok - $what"
-        [ -z "$out" ] || sed 's/^/    /' <<<"$out"
-    fi
-}
-# check_shown DESCRIPTION CMD...: the same, with CMD's output shown as it runs
-check_shown() {
-    local what="$1"
-    shift
-    if "$@"; then
-        passed=$((passed + 1))
-        echo "ok - $what"
-    else
-        failed=$((failed + 1))
-        echo "not ok - $what"
-    fi
-}
-finish() {
-    echo "$passed passed, $failed failed"
-    [ "$failed" = 0 ]
-    exit
-}
+# shellcheck source=tests/release/lib.sh
+source tests/release/lib.sh
 
 # what pg_idem files the system's PostgreSQL 15 has, with their checksums and modes, and
 # whether the package is installed: compared at the end
