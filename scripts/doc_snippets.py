@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Runs every SQL and shell snippet of README.md, CONTRIBUTING.md and docs/*.md against real
-servers, and checks the output a page shows for it. Conventions (docs/snippets.md):
+"""Runs every SQL and shell snippet of README.md, CONTRIBUTING.md, docs/*.md and the client
+packages' READMEs against real servers, and checks the output a page shows for it. Conventions
+(docs/snippets.md):
 
     ```sql                      runs on the native edition (pg_idem preloaded)
     ```sql edition=sql          runs on the SQL edition (plain install, no preload)
@@ -14,11 +15,16 @@ servers, and checks the output a page shows for it. Conventions (docs/snippets.m
     ```LANG no-run: REASON      any language of RUNNABLE or DOC_ONLY: not run; counted as skipped
     ```LANG doc-only: WHAT      a language of DOC_ONLY (configuration, log lines, other languages'
                                 code): what the block is; not a snippet, not run, not counted
+    ```rust,no_run ...          rustdoc's attributes after a comma, on rust blocks only (doctests)
+    <!-- quickstart: NAME FILE -->   on the line right above a fence: a block that another suite
+    <!-- recipe: NAME FILE -->       runs as pasted (QUICKSTART_SUITE, RECIPE_SUITES): reported
+                                as run there, not run here, not counted
 
 Strict: a fence it cannot place FAILS, it is never skipped: an indented fence (inside a list item,
-say: move it to the left margin), a fence with no language, a language outside RUNNABLE and
-DOC_ONLY, a DOC_ONLY block without `doc-only:` or `no-run:`, `no-run`/`doc-only` without a reason,
-an unknown word, an output block that follows no snippet, a fence left open.
+say: move it to the left margin), an indented code block, a fence with no language, a language
+outside RUNNABLE and DOC_ONLY, a DOC_ONLY block without `doc-only:` or `no-run:`,
+`no-run`/`doc-only` without a reason, an unknown word, an output block that follows no snippet, a
+fence left open, a quickstart or recipe line not right above its fence or that no suite runs.
 
 A page's SQL snippets of one edition run in order in one psql session (so psql variables set with
 \\gset carry over), in a database of their own that starts empty. Each shell snippet runs alone
@@ -54,8 +60,15 @@ RUNNABLE = {"sql", "sh", "bash"}
 DOC_ONLY = {"text", "conf", "ini", "json", "toml", "yaml", "python", "js", "javascript", "ts",
             "typescript", "rust", "java", "go", "http", "diff"}
 # the pages run by default: README.md, CONTRIBUTING.md and docs/*.md, and the clients' READMEs
-# named in CLIENT_READMES
-CLIENT_READMES = []  # e.g. "clients/python/README.md": to be added once they are rewritten (issue 52)
+CLIENT_READMES = [f"clients/{package}/README.md" for package in ("python", "node", "rust", "go", "java")]
+# A block right under `<!-- quickstart: NAME FILE -->` or `<!-- recipe: NAME FILE -->` is run as
+# pasted by a suite of its own, which finds it by that line (their regexes want it directly above
+# the fence, and some the bare language: ```python, ```js): such a block is reported as run there,
+# neither run here nor counted, once the suite is seen to name it (a quick start: a key of RUN).
+QUICKSTART_SUITE = "clients/conformance/test_quickstarts.py"
+RECIPE_SUITES = {"sqlalchemy": "clients/python/tests/test_recipe.py",
+                 "knex": "clients/node/test/knex-recipe.test.js"}
+RUN_AS_PASTED = re.compile(r"<!-- (quickstart|recipe): (\w+) ([\w./]+) -->")
 
 
 def default_pages():
@@ -104,16 +117,24 @@ class Snippet:
 
 def fences(text):
     """(line, indent, marker, lang, info, code, start, end) of each fenced block of TEXT, and the problems
-    (line, why) of the fences that cannot be read: an indented fence, one left open."""
+    (line, why) of the blocks that cannot be read: a fence left open, an indented code block."""
     lines = text.split("\n")
     offsets = [0]
     for l in lines:
         offsets.append(offsets[-1] + len(l) + 1)
     found, problems = [], []
+    last = ""  # the last line that is not blank, outside fenced blocks (a fence's closing line)
     i = 0
     while i < len(lines):
         m = FENCE_LINE.match(lines[i])
         if not m:
+            # four spaces after a blank line, under a paragraph at the left margin that is not a
+            # list item: Markdown's indented code block, which has no language to place it by
+            if (re.match(r"( {4}|\t)\s*\S", lines[i]) and i and not lines[i - 1].strip()
+                    and not re.match(r"\s|([-*+]|\d+[.)])(\s|$)", last)):
+                problems.append((i + 1, ("an indented code block is neither run nor counted: make it "
+                                         "a fence at the left margin, with its language")))
+            last = lines[i] if lines[i].strip() else last
             i += 1
             continue
         indent, marker, rest = m.groups()
@@ -130,28 +151,63 @@ def fences(text):
             break
         found.append((i + 1, indent, marker, lang, info.strip(), "\n".join(lines[i + 1:j]) + "\n",
                       offsets[i], offsets[j + 1] if j + 1 < len(offsets) else len(text)))
+        last = lines[j]
         i = j + 1
     return found, problems
 
 
-def snippets(page, problems):
-    """The snippets of PAGE; appends (page, line, why) to PROBLEMS for each fence it cannot place."""
+class RunElsewhere:
+    """A block that a suite of its package runs as pasted (a quick start, a recipe)."""
+
+    def __init__(self, page, line, lang, kind, name):
+        self.page, self.line, self.lang, self.edition = page, line, lang, None
+        if kind == "quickstart":
+            suite, names_it = QUICKSTART_SUITE, f'"{name}":'
+        else:
+            suite, names_it = RECIPE_SUITES.get(name), name
+        if suite is None:
+            raise Unplaced(f"no suite runs the recipe {name!r}: name its suite in RECIPE_SUITES")
+        if not (ROOT / suite).exists() or names_it not in (ROOT / suite).read_text():
+            raise Unplaced(f"{suite} does not run the {kind} {name!r}")
+        self.why = f"run by {suite} ({name})"
+
+    @property
+    def where(self):
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+
+def snippets(page, problems, elsewhere):
+    """The snippets of PAGE; appends (page, line, why) to PROBLEMS for each fence it cannot place,
+    and to ELSEWHERE the blocks that another suite runs as pasted."""
     text = page.read_text()
+    lines = text.split("\n")
     found = []
     blocks, bad = fences(text)
     problems.extend((page, line, why) for line, why in bad)
+    for k, l in enumerate(lines):
+        if RUN_AS_PASTED.fullmatch(l) and not (k + 1 < len(lines) and lines[k + 1].startswith("```")):
+            problems.append((page, k + 1, ("a quickstart or recipe line must stand right above its "
+                                           "fence, where its suite looks for the block")))
     for line, indent, marker, lang, info, code, start, end in blocks:
         try:
             if indent:
                 raise Unplaced("an indented fence is neither run nor counted: put it at the left margin")
             if marker != "```":
                 raise Unplaced(f"a fence opens with exactly ```, not {marker}")
+            # rustdoc's own attributes (```rust,no_run): the Rust README is the crate's documentation
+            lang, comma, _ = lang.partition(",")
+            if comma and lang != "rust":
+                raise Unplaced("attributes after a comma are rustdoc's, for rust blocks only")
             if not lang:
                 raise Unplaced("a fence needs a language: sql, sh, text output, or one of DOC_ONLY "
                                "with `doc-only: WHAT` or `no-run: REASON` (docs/snippets.md)")
             if lang not in RUNNABLE and lang not in DOC_ONLY:
                 raise Unplaced(f"unknown language {lang!r}: sql, sh/bash, text output, or one of "
                                + ", ".join(sorted(DOC_ONLY)) + " (docs/snippets.md)")
+            pasted = RUN_AS_PASTED.fullmatch(lines[line - 2]) if line >= 2 else None
+            if pasted:
+                elsewhere.append(RunElsewhere(page, line, lang, pasted.group(1), pasted.group(2)))
+                continue
             if lang == "text" and info == "output":
                 if not found or found[-1].expected is not None or text[found[-1].end:start].strip():
                     raise Unplaced("an output block must follow its snippet")
@@ -342,8 +398,9 @@ def sql_edition_file(tmp):
 def main():
     pages = [pathlib.Path(p).resolve() for p in sys.argv[1:]] or default_pages()
     problems = []  # (page, line, why): fences it cannot place, each a failure
-    every = [s for p in pages for s in snippets(p, problems)]
-    results = []  # (snippet, ok, why)
+    elsewhere = []  # blocks run as pasted by another suite: reported, not counted
+    every = [s for p in pages for s in snippets(p, problems, elsewhere)]
+    results = [(s, "elsewhere", s.why) for s in elsewhere]  # (snippet, ok, why)
     servers = {}
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="pg_idem_docs_files."))
     os.chmod(tmp, 0o755)
@@ -437,9 +494,9 @@ def main():
         links.append((page, not bad, bad))
     results.sort(key=lambda r: (str(r[0].page), r[0].line))
     for s, ok, why in results:
-        status = "skipped" if ok is None else "ok" if ok else "FAILED"
+        status = "skipped" if ok is None else "external" if ok == "elsewhere" else "ok" if ok else "FAILED"
         print(f"{status:8} {s.where} ({s.lang}{', ' + s.edition if s.lang == 'sql' else ''})"
-              + (f": {why}" if ok is None else ""))
+              + (f": {why}" if ok is None or ok == "elsewhere" else ""))
         if ok is False:
             print("    " + why.replace("\n", "\n    "))
     for page, line, why in sorted(problems, key=lambda p: (str(p[0]), p[1])):
