@@ -153,6 +153,25 @@ sql_edition_steps() {
     fi
 }
 
+# on 14, 16 and 17 (not in `full`): the SQL edition's plain install, on the PostgreSQL under
+# test itself (PG_IDEM_SQL_SERVER=under-test: pg_tle, and with it the managed-style copy that
+# keeps the native files out of reach, is built for 15 and 18 alone; 15 proves that no suite
+# uses them). What a version changes for SQL and PL/pgSQL is whether the server takes the
+# install and each statement of a body when it first runs (so every function must run), its
+# roles and privileges, catalogs and maintenance commands: the suites that call the functions
+# (consumers and extras for the batches, messages, watermarks, checkpoints and streams the core
+# suites do not call) and attack their boundaries, without the tests that drive load or limits
+# for seconds (the concurrency and maintenance workloads, one stream under concurrent calls, a
+# parallel plan the SQL edition's PARALLEL UNSAFE function never gets, huge and deep inputs),
+# key_store (amcheck, logical decoding: the server's own machinery) and upgrade (native only
+# here); those run on 15 and 18
+sql_edition_version_suites=(--test decisions --test sessions --test security --test hardening --test tenant_grants --test table_changes --test tenant_boundary --test consumers --test extras
+    -- --skip the_tenant_check_answers_in_a_parallel_query --skip huge_inputs_stay_within_postgresql_memory
+    --skip deep_json_fails_cleanly_instead_of_crashing_the_server --skip concurrent_calls_on_one_stream_serialise)
+sql_edition_version_step() {
+    step "pg$1-sql-edition" with_pg "$1" env PG_IDEM_EDITION=sql PG_IDEM_SQL_SERVER=under-test "${suites[@]}" "${sql_edition_version_suites[@]}"
+}
+
 full_version() {
     local major="$1"
     if ! with_pg "$major" bash -c '[ -f "$(pg_config --pkglibdir)/citus.so" ]'; then
@@ -272,6 +291,7 @@ case "$mode" in
                 full_version "$major"
             else
                 step "pg$major-clients" with_pg "$major" "${suites[@]}" "${core_suites[@]}"
+                sql_edition_version_step "$major"
             fi
             [ "$major" = 15 ] && pg15_only
         done

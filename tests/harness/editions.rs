@@ -22,8 +22,8 @@ pub enum SqlInstall {
     /// `PG_IDEM_EDITION=sql`: the plain install file, run in one transaction (`psql -1 -f`, or
     /// a migration tool) by the customer's DBA [`CUSTOMER_ADMIN`], on the managed-style copy of
     /// the PostgreSQL under test (scripts/lib/managed_pg.sh: none of pg_idem's files; pg_tle is
-    /// there but not loaded), or where ../shared/pg_tle is missing on the PostgreSQL under
-    /// test itself
+    /// there but not loaded), or on the PostgreSQL under test itself where ../shared/pg_tle is
+    /// missing or `PG_IDEM_SQL_SERVER=under-test` says so ([`sql_on_pg_under_test`])
     Plain,
     /// `PG_IDEM_EDITION=sql-tle`: as on Amazon RDS, Aurora or Supabase. The servers run from
     /// the managed-style copy of the PostgreSQL under test (scripts/lib/managed_pg.sh: pg_tle
@@ -84,6 +84,27 @@ pub fn edition() -> Edition {
 /// natively.
 pub fn sql_install() -> SqlInstall {
     edition_setting().1
+}
+
+/// `PG_IDEM_SQL_SERVER=under-test` in a `PG_IDEM_EDITION=sql` run: the servers run from the
+/// PostgreSQL under test (PG_CONFIG's) instead of its managed-style copy, as where
+/// ../shared/pg_tle is missing. The test command's SQL-edition steps on 14, 16 and 17 say so:
+/// pg_tle is built for 15 and 18 alone, and the copy exists to keep the native files out of
+/// reach, which the same suites prove on 15. Unset (or `managed`): the copy. Anything else, or
+/// `under-test` with `sql-tle` (whose servers need pg_tle), fails the test.
+pub fn sql_on_pg_under_test() -> bool {
+    static SETTING: OnceLock<bool> = OnceLock::new();
+    *SETTING.get_or_init(|| {
+        match std::env::var("PG_IDEM_SQL_SERVER")
+            .unwrap_or_default()
+            .trim()
+        {
+            "" | "managed" => false,
+            "under-test" if edition_setting() == (Edition::Sql, SqlInstall::Plain) => true,
+            "under-test" => panic!("PG_IDEM_SQL_SERVER=under-test is for PG_IDEM_EDITION=sql only"),
+            other => panic!("PG_IDEM_SQL_SERVER={other}: managed (the default) or under-test"),
+        }
+    })
 }
 
 /// Called first by a test of what only the native engine has (the engine's own heap writes,

@@ -118,7 +118,7 @@ pub fn bindir() -> PathBuf {
     static BINDIR: OnceLock<PathBuf> = OnceLock::new();
     BINDIR
         .get_or_init(|| {
-            if edition() == Edition::Sql {
+            if edition() == Edition::Sql && !sql_on_pg_under_test() {
                 // the managed-style copy of this PostgreSQL: no pg_idem file in it (so that
                 // nothing of the native edition can be used by mistake), pg_tle built in
                 match (managed::managed_tree(major()), sql_install()) {
