@@ -54,16 +54,17 @@ passed=0
 failed=0
 started=$SECONDS
 
-# check NAME COMMAND...: one "ok"/"not ok" line; a failure's output after it, as "#" lines
+# check NAME COMMAND...: one "ok"/"not ok" line with its seconds; a failure's output after it,
+# as "#" lines
 check() {
-    local name="$1" log="$work/check.log"
+    local name="$1" log="$work/check.log" start=$SECONDS
     shift
     if "$@" >"$log" 2>&1; then
         passed=$((passed + 1))
-        echo "ok - $name"
+        echo "ok - $name ($((SECONDS - start)) s)"
     else
         failed=$((failed + 1))
-        echo "not ok - $name"
+        echo "not ok - $name ($((SECONDS - start)) s)"
         tail -n 40 "$log" | sed 's/^/#   /'
     fi
 }
