@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Builds and runs the README's quick start (main.go in the current directory) as a reader would
-# after `go mod init quickstart` and `go get`: here offline, with this checkout's package and
-# Debian's lib/pq and chi (clients/conformance/test_quickstarts.py runs it). lib/pq has no
+# after `go mod init quickstart` and `go get`: here offline, with the module in MODULE_DIR (this
+# checkout's clients/go unless given; clients/release-check.sh gives the released zip unpacked)
+# and Debian's lib/pq and chi (clients/conformance/quickstart.py runs it). lib/pq has no
 # sslmode=prefer: a DATABASE_URL without sslmode gets sslmode=disable (a loopback test server).
+#   clients/go/run-quickstart.sh [MODULE_DIR]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+module_dir="$(cd "${1:-$here}" && pwd)"
 gocode=/usr/share/gocode/src/github.com
 cat >go.mod <<MOD
 module quickstart
@@ -17,7 +20,7 @@ require (
 	pg_idem/clients/go v0.0.0
 )
 
-replace pg_idem/clients/go => $here
+replace pg_idem/clients/go => $module_dir
 replace github.com/lib/pq => $gocode/lib/pq
 replace github.com/go-chi/chi/v5 => $gocode/go-chi/chi
 MOD

@@ -6,6 +6,8 @@
 # The jars it compiles against: Tomcat 10.1 embedded (the Servlet 6 API; the app's server),
 # PgJDBC (the app's driver) and JUnit 5, from libtomcat10-embed-java, libpostgresql-jdbc-java and
 # junit5 (setup.sh installs them). Recompiles only when a source is newer than its jar.
+#   clients/java/build.sh        all three
+#   clients/java/build.sh lib    the library's jar alone (pack.sh)
 set -euo pipefail
 cd "$(dirname "$0")"
 J=/usr/share/java
@@ -28,6 +30,7 @@ if newer "$lib" src/main; then
     cp ../../LICENSE build/classes/META-INF/LICENSE
     jar --create --file "$lib" -C build/classes .
 fi
+[ "${1:-}" != lib ] || exit 0
 if newer build/reference.jar reference "$lib"; then
     rm -rf build/reference-classes && mkdir -p build/reference-classes
     javac --release 17 -Xlint:all -Werror -cp "$CP_REF:$lib" -d build/reference-classes $(find reference -name '*.java')

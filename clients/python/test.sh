@@ -2,8 +2,8 @@
 # The package's tests (pytest), ending with the plain "N passed, N failed, N skipped" line that
 # clients/test.sh adds up: the contract's vectors, the middleware and the decorator over real
 # HTTP on a throwaway PostgreSQL with pg_idem (scripts/lib/pg.sh; needs pg_idem installed into
-# the PostgreSQL whose pg_config is first in PATH), the README's SQLAlchemy recipe, ruff, mypy,
-# and the sdist and wheel (tests/test_package.py). Needs ./setup.sh to have run.
+# the PostgreSQL whose pg_config is first in PATH), the README's SQLAlchemy recipe, ruff and
+# mypy. (The sdist and the wheel: pack.sh, checked by clients/release-check.sh.) Needs ./setup.sh.
 set -uo pipefail
 cd "$(dirname "$0")"
 [ -x .venv/bin/python ] || { echo "clients/python/test.sh: run clients/python/setup.sh first" >&2; exit 1; }

@@ -1,7 +1,6 @@
 'use strict';
 // Runs a README snippet as its reader would: written to FILE in a directory, started with node
-// (DATABASE_URL, PORT set), waited for until it listens. Used by the Knex recipe's test and by
-// the packed tarball's check.
+// (DATABASE_URL, PORT set), waited for until it listens. Used by the Knex recipe's test.
 const fs = require('node:fs');
 const net = require('node:net');
 const path = require('node:path');

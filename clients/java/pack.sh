@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds the package as Maven Central gets it into the folder OUT, and prints each file's path:
+#   pg-idem-http-<version>.jar           the library, as build.sh makes it (classes,
+#                                        contract.json, the licence, META-INF/maven/.../pom.xml)
+#   pg-idem-http-<version>.pom           pom.xml
+#   pg-idem-http-<version>-sources.jar   src/main (Central wants one beside every jar)
+# Offline, with the JDK (setup.sh installs it). Left for publishing: the javadoc jar and the
+# signatures Central also asks for. clients/release.sh runs it; clients/release-check.sh checks
+# what it makes.
+#   clients/java/pack.sh OUT
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out="$(cd "$1" && pwd)"
+cd "$here"
+version="$(sed -n 's#^  <version>\(.*\)</version>#\1#p' pom.xml | head -n 1)"
+./build.sh lib >&2
+cp "build/pg-idem-http-$version.jar" "$out/"
+cp pom.xml "$out/pg-idem-http-$version.pom"
+rm -f "$out/pg-idem-http-$version-sources.jar"
+jar --create --file "$out/pg-idem-http-$version-sources.jar" -C src/main/java . -C src/main/resources .
+printf '%s\n' "$out/pg-idem-http-$version.jar" "$out/pg-idem-http-$version.pom" "$out/pg-idem-http-$version-sources.jar"
