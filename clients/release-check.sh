@@ -175,6 +175,7 @@ rust_build() {
     local target="${CARGO_TARGET_DIR:-$root/target}" src saved="$work/workspace-quickstart"
     mkdir -p "$work/crate" && tar -xzf "$1" -C "$work/crate" || return 1
     src="$(echo "$work"/crate/pg-idem-http-*)"
+    cmp "$root/LICENSE" "$src/LICENSE" || { echo "the .crate's LICENSE is not the repository's"; return 1; }
     # the .crate's files carry a fixed old mtime: without this, cargo would take an earlier
     # unpacked build's outputs (same package, same target directory) as fresh and build nothing
     find "$src" -type f -exec touch {} +
@@ -190,7 +191,7 @@ rust_build() {
     return $rc
 }
 if crate="$(artifact 'pg-idem-http-*.crate')"; then
-    check "rust: the .crate unpacked builds offline (library, axum quick start; its bin checked)" rust_build "$crate"
+    check "rust: the .crate holds the LICENSE and, unpacked, builds offline (library, axum quick start; its bin checked)" rust_build "$crate"
     check "rust: the README's axum quick start, built from the .crate, replays" quickstart axum "$work/axum-quickstart"
 else missing "rust: the crate" 'pg-idem-http-*.crate'; fi
 

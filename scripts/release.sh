@@ -79,6 +79,9 @@ git archive --format=zip --prefix="pg_idem-$version/" -o "$out/pgxn/pg_idem-$ver
 
 # --- the HTTP packages -------------------------------------------------------------------------
 say "the HTTP packages"
+# their build tools (the Python package builds with its dev venv's `build`); the test command has
+# run clients/setup.sh already
+[ -x clients/python/.venv/bin/python ] || clients/setup.sh >&2
 clients/release.sh "$out/clients" >/dev/null
 
 # --- notes, licence, checksums -------------------------------------------------------------------
