@@ -65,7 +65,9 @@ CLIENT_READMES = [f"clients/{package}/README.md" for package in ("python", "node
 # pasted by a suite of its own, which finds it by that line (their regexes want it directly above
 # the fence, and some the bare language: ```python, ```js): such a block is reported as run there,
 # neither run here nor counted, once the suite is seen to name it (a quick start: a key of RUN).
-QUICKSTART_SUITE = "clients/conformance/test_quickstarts.py"
+# the quick-start runner: test_quickstarts.py runs each of its TABLES' quick starts from this
+# checkout, clients/release-check.sh from the release's artifacts
+QUICKSTART_SUITE = "clients/conformance/quickstart.py"
 RECIPE_SUITES = {"sqlalchemy": "clients/python/tests/test_recipe.py",
                  "knex": "clients/node/test/knex-recipe.test.js"}
 RUN_AS_PASTED = re.compile(r"<!-- (quickstart|recipe): (\w+) ([\w./]+) -->")
