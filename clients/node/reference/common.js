@@ -26,7 +26,7 @@ async function createTables(p) {
   try {
     await client.query('BEGIN');
     // apps started at once would race on CREATE TABLE IF NOT EXISTS (23505 on pg_type)
-    await client.query("SELECT pg_advisory_xact_lock(hashtext('pg-idem-http reference tables'))");
+    await client.query("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg-idem-http reference tables'))");
     // named with their schema in every statement (CONTRACT.md): the first schema of the
     // conformance suite's search_path belongs to another role
     await client.query('CREATE TABLE IF NOT EXISTS public.payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL)');

@@ -25,8 +25,10 @@ use pg_idem_http::{json_response, Idem, IdemError, IdemLayer, Lease, Pool};
 use serde_json::Value;
 
 /// CONTRACT.md "The reference apps": the tables are named with their schema in every statement,
-/// as the conformance suite puts another role's schema first on the search_path.
+/// as the conformance suite puts another role's schema first on the search_path. The lock is the
+/// one every reference app takes: apps started at once would race on CREATE TABLE IF NOT EXISTS.
 const TABLES: &str = "BEGIN;
+SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg-idem-http reference tables'));
 CREATE TABLE IF NOT EXISTS public.payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL);
 ALTER TABLE public.payments ADD COLUMN IF NOT EXISTS order_id bigint;
 CREATE TABLE IF NOT EXISTS public.payouts (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL);
@@ -126,7 +128,7 @@ async fn serve(dsn: &str, port: u16) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 async fn create_tables(pool: &Pool) -> Result<(), Box<dyn std::error::Error>> {
-    // two apps starting at once may race on CREATE TABLE IF NOT EXISTS: the second try sees the table
+    // TABLES takes the reference apps' lock; a failed try (a connection lost at start) is retried
     for attempt in 0.. {
         let client = pool.deadpool().get().await?;
         match client.batch_execute(TABLES).await {
