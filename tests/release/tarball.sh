@@ -88,20 +88,7 @@ export PG_CONFIG="$bindir/pg_config" PG_BINDIR="$bindir" PATH="$bindir:$PATH"
 # shellcheck source=../../scripts/lib/pg.sh
 source "$root/scripts/lib/pg.sh"
 server="$work/server"
-served_from_copy() {
-    local pid want got
-    pg_start "$server" "shared_preload_libraries = 'pg_idem'" || return 1
-    pid="$(head -n 1 "$server/data/postmaster.pid")"
-    want="$("$bindir/pg_config" --pkglibdir)/pg_idem.so"
-    got="$(grep -o '/[^ ]*pg_idem\.so' "/proc/$pid/maps" | sort -u)"
-    [ "$got" = "$want" ] || { echo "the postmaster mapped '$got', not $want"; return 1; }
-    got="$(psql -X -q -At -v ON_ERROR_STOP=1 -c "CREATE EXTENSION pg_idem" \
-        -c "SELECT extversion || ' ' || idem_version() FROM pg_extension WHERE extname = 'pg_idem'")"
-    [ "$got" = "$version $version" ] || { echo "extversion and idem_version(): '$got'"; return 1; }
-    got="$(psql -X -At -v ON_ERROR_STOP=1 -c "SELECT outcome FROM idem_claim('t', 'k', 'h')")"
-    [ "$got" = claimed ] || { echo "idem_claim: $got"; return 1; }
-}
-check "a server from the copy loads its pg_idem.so and installs version $version" served_from_copy
+check "a server from the copy loads its pg_idem.so and installs version $version" served_from_copy "$server" "$version"
 pg_stop "$server"
 server=""
 check_shown "scripts/demo.sh --installed runs against the copy" scripts/demo.sh --installed --pg-bindir "$bindir"
