@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The lint of the test command, also run alone: formatting, clippy with warnings as errors, the
 # layers of src/ (scripts/check_layers.py), the suite list of tests/ (tests/check_suites.sh),
-# META.json's version against Cargo.toml's, and that every benchmark report the docs cite exists.
+# the test command's report (tests/check_steps.sh), META.json's version against Cargo.toml's,
+# and that every benchmark report the docs cite exists.
 # Exits 1 when any of them fails (each runs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,8 @@ cargo clippy --all-targets -p pg_idem_rules -- -D warnings || rc=1
 python3 scripts/check_layers.py || rc=1
 # every suite of tests/ is a [[test]] of tests/Cargo.toml and the other way round, none too long
 tests/check_suites.sh || rc=1
+# the test command's report ends with what failed (scripts/lib/steps.sh)
+tests/check_steps.sh || rc=1
 meta="$(python3 -c 'import json; print(json.load(open("META.json"))["version"])')"
 cargo="$(sed -nE 's/^version = "([^"]+)"/\1/p' Cargo.toml | head -n 1)"
 [ "$meta" = "$cargo" ] || { echo "META.json says $meta, Cargo.toml $cargo" >&2; rc=1; }

@@ -9,7 +9,8 @@
 #   time_setup NAME CMD... runs CMD (an install, not a test) and puts its seconds in the table;
 #                          returns CMD's status
 #   report_steps           the table of every step's seconds, the slowest tests, the skipped
-#                          tests, and the last line "N passed, N failed, N skipped"
+#                          tests, then the failed tests and steps (last, so a log's tail
+#                          shows them), and the line "N passed, N failed, N skipped"
 #
 # Counting. A step's count is the sum of cargo's "test result:" lines, or else the last
 # "N passed, N failed" line our runners print; a step that prints neither counts as one test.
@@ -28,6 +29,7 @@ steps_failed=0
 steps_skipped=0
 steps_skipped_tests=()
 steps_failed_steps=()
+steps_failed_tests=()
 steps_table=()
 steps_started=$SECONDS
 steps_bg_names=()
@@ -42,6 +44,13 @@ steps_counts() {
     else
         grep -aE '^[0-9]+ passed, [0-9]+ failed' "$1" | tail -n 1 | sed -E 's/^([0-9]+) passed, ([0-9]+) failed.*/\1 \2/'
     fi
+}
+
+# steps_failure_lines OUTPUT: the lines that name a failed test, in each runner's words
+# (libtest's "test X ... FAILED", TAP's "not ok", run_suites.py's and our scripts' "FAIL"),
+# at most 20 so that one broken step cannot bury the rest
+steps_failure_lines() {
+    grep -aE '^test .* [.][.][.] FAILED|^not ok|^FAIL(ED)?[ :]|^run_suites: failed:' "$1" | head -n 20
 }
 
 # steps_account NAME RC SECONDS: adds a finished step's counts and time
@@ -66,6 +75,11 @@ steps_account() {
     steps_failed=$((steps_failed + f))
     steps_skipped=$((steps_skipped + s))
     [ "$rc" = 0 ] || steps_failed_steps+=("$name")
+    if [ "$rc" != 0 ] || [ "$f" != 0 ]; then
+        while IFS= read -r line; do
+            steps_failed_tests+=("$name: $line")
+        done < <(steps_failure_lines "$steps_log/$name.out")
+    fi
     steps_table+=("$seconds $name $p $f $s")
     echo "---- $name: $p passed, $f failed, $s skipped (exit $rc, $seconds s)"
 }
@@ -156,12 +170,17 @@ report_steps() {
     done
     echo "the slowest tests:"
     steps_slowest_tests 10
-    if [ "${#steps_failed_steps[@]}" -gt 0 ]; then
-        echo "failed steps: ${steps_failed_steps[*]}"
-    fi
     if [ "$steps_skipped" -gt 0 ]; then
         echo "skipped tests (step: suite::test: why):"
         printf '  %s\n' "${steps_skipped_tests[@]}"
+    fi
+    # the failures come last, next to the count, where a CI log's tail shows them
+    if [ "${#steps_failed_tests[@]}" -gt 0 ]; then
+        echo "failed tests (step: the runner's line):"
+        printf '  %s\n' "${steps_failed_tests[@]}"
+    fi
+    if [ "${#steps_failed_steps[@]}" -gt 0 ]; then
+        echo "failed steps: ${steps_failed_steps[*]}"
     fi
     echo "total time: $((SECONDS - steps_started)) s"
     if [ -n "${steps_budget:-}" ] && [ $((SECONDS - steps_started)) -gt "$steps_budget" ]; then
