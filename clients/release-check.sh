@@ -118,11 +118,14 @@ python_venv() {
         "$work/venv/bin/pip" install -q --disable-pip-version-check "$1[fastapi,binary]" uvicorn
 }
 python_import() {
-    (cd "$work" && "$work/venv/bin/python" -c '
-import pg_idem_http, sys
+    (cd "$work" && "$work/venv/bin/python" - "$1" <<'PY'
+import pg_idem_http, re, sys
 assert pg_idem_http.__file__.startswith(sys.prefix), pg_idem_http.__file__
 assert pg_idem_http.CONTRACT["contract_version"] == 2
-')
+wheel_version = re.search(r"pg_idem_http-([^-]+)-py3-none-any\.whl$", sys.argv[1]).group(1)
+assert pg_idem_http.__version__ == wheel_version, (pg_idem_http.__version__, wheel_version)
+PY
+)
 }
 # the sdist built as pip builds one it has no wheel for (isolated: setuptools from pip's cache or
 # PyPI); the wheel it makes holds the released wheel's files, the package's with the same bytes
@@ -141,7 +144,7 @@ PY
 if wheel="$(artifact 'pg_idem_http-*-py3-none-any.whl')"; then
     check "python: the wheel holds the package, contract.json and py.typed; its METADATA the version and licence, no server" python_wheel_files "$wheel"
     check "python: the wheel installs into a fresh venv with FastAPI, psycopg_pool, psycopg[binary], uvicorn" python_venv "$wheel"
-    check "python: the package imports from the venv with its contract (contract 2)" python_import
+    check "python: the package imports from the venv with its contract (contract 2) and the wheel's version" python_import "$wheel"
     check "python: the README's FastAPI quick start, from the venv, replays" quickstart fastapi "$work/venv/bin/python"
     if sdist="$(artifact 'pg_idem_http-*.tar.gz')"; then
         check "python: the sdist builds a wheel holding the released wheel's files" python_sdist "$sdist" "$wheel"

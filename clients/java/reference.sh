@@ -4,6 +4,8 @@
 # Tiered compilation stops at C1 and class data sharing stays on: the suite starts it three times.
 here="$(cd "$(dirname "$0")" && pwd)"
 J=/usr/share/java
+# the library's jar is named after pom.xml's version, as build.sh names it
+version="$(sed -n 's#^  <version>\(.*\)</version>#\1#p' "$here/pom.xml" | head -n 1)"
 exec java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto \
-    -cp "$here/build/reference.jar:$here/build/pg-idem-http-0.1.0.jar:$J/tomcat10-embed-core.jar:$J/postgresql.jar" \
+    -cp "$here/build/reference.jar:$here/build/pg-idem-http-$version.jar:$J/tomcat10-embed-core.jar:$J/postgresql.jar" \
     io.github.pgidem.http.ReferenceApp "$@"

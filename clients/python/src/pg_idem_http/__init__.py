@@ -6,6 +6,8 @@ pg_idem_http.django (decorator). pg_idem_http.db claims and completes on a conne
 application owns (bring your own transaction).
 """
 
+from importlib import metadata as _metadata
+
 from .core import (
     CONTRACT,
     Claim,
@@ -28,7 +30,9 @@ from .core import (
 from .db import AsyncPgIdem, PgIdem
 from .observe import outcome_counts
 
-__version__ = "0.1.0"
+# pyproject.toml is the version's one source: an installed package (wheel, sdist or editable)
+# carries it in its metadata
+__version__ = _metadata.version("pg-idem-http")
 __all__ = [
     "AsyncPgIdem",
     "PgIdem",
