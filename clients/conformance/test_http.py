@@ -267,6 +267,22 @@ def test_a_hung_handler_lets_go_of_its_key_after_the_idle_timeout(target, db):
     assert payment_rows(db, tenant) == [(key, 8)]
 
 
+def test_a_heartbeat_without_a_lease_extends_by_the_routes(target, db):
+    # the route's lease is 1 s; the database's default (pg_idem.lease_timeout) is a minute: a
+    # package that sent NULL would move the holder's Retry-After to a minute away
+    tenant, key = fresh()
+    body = {"amount": 251, "heartbeat": True, "sleep_ms": 1500}
+    first_answer = []
+    first = threading.Thread(target=lambda: first_answer.append(post(target, "/payouts", body, key, tenant)))
+    first.start()
+    time.sleep(0.5)
+    busy = post(target, "/payouts", body, key, tenant)
+    first.join()
+    assert (busy.status, busy.body) == (409, error_body("in_progress"))
+    assert int(busy.headers["retry-after"]) == 1, busy.headers["retry-after"]
+    assert first_answer[0].status == 201, first_answer[0]
+
+
 def test_lease_mode_takeover_fences_the_stale_attempt(target, db):
     tenant, key = fresh()
     body = {"amount": 250, "sleep_ms": 2500}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sync"
+	"time"
 )
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
@@ -58,12 +59,15 @@ func (l *Lease) Checkpoint(ctx context.Context, phase string, data interface{}) 
 	return l.short(ctx, "checkpoint", scanNothing, l.fence, phase, string(j))
 }
 
-// Heartbeat extends the lease under the fence by lease (an interval), or "" by the route's.
-func (l *Lease) Heartbeat(ctx context.Context, lease string) error {
+// Heartbeat extends the lease under the fence by lease (an interval), or "" by the route's,
+// and returns when it now expires.
+func (l *Lease) Heartbeat(ctx context.Context, lease string) (time.Time, error) {
 	if lease == "" {
 		lease = l.route.Lease // (NULL would be the database's own default, not the route's)
 	}
-	return l.short(ctx, "heartbeat", scanNothing, l.fence, lease)
+	var expires time.Time
+	err := l.short(ctx, "heartbeat", func(row *sql.Row) error { return row.Scan(&expires) }, l.fence, lease)
+	return expires, err
 }
 
 // Begin opens the completion transaction (once; later calls return the same one) after

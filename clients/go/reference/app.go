@@ -103,13 +103,14 @@ type app struct {
 }
 
 type paymentBody struct {
-	Amount  int64
-	SleepMs int64
-	Fail    string
-	Format  string
-	Cookie  bool
-	Links   bool
-	Commit  string
+	Amount    int64
+	SleepMs   int64
+	Fail      string
+	Format    string
+	Cookie    bool
+	Links     bool
+	Commit    string
+	Heartbeat bool
 }
 
 // parseBody: a JSON object with an integer amount, else 400 bad_request (a final 4xx: stored).
@@ -138,6 +139,7 @@ func parseBody(w http.ResponseWriter, r *http.Request) (paymentBody, bool) {
 	opt("set_cookie", &p.Cookie)
 	opt("links", &p.Links)
 	opt("commit", &p.Commit)
+	opt("heartbeat", &p.Heartbeat)
 	return p, true
 }
 
@@ -249,6 +251,12 @@ func (a *app) payout(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		pgidem.WriteError(w, err)
 		return
+	}
+	if p.Heartbeat {
+		if _, err := lease.Heartbeat(r.Context(), ""); err != nil { // by the route's lease
+			pgidem.WriteError(w, err)
+			return
+		}
 	}
 	time.Sleep(time.Duration(p.SleepMs) * time.Millisecond) // the external call
 	tx, err := lease.Begin(r.Context())

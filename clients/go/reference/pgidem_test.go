@@ -373,7 +373,7 @@ func TestLeaseMode(t *testing.T) {
 		l := pgidem.LeaseFrom(r)
 		ref, err := l.DownstreamKey(r.Context(), "bank")
 		if err == nil {
-			err = l.Heartbeat(r.Context(), "")
+			_, err = l.Heartbeat(r.Context(), "")
 		}
 		if err != nil {
 			pgidem.WriteError(w, err)

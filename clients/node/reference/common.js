@@ -160,6 +160,7 @@ async function payout(idem, body) {
   const input = validate(body);
   if (!input) return { status: 400, headers: json, body: badRequest };
   const bankRef = await idem.downstreamKey('bank');
+  if (input.heartbeat === true) await idem.heartbeat(); // by the route's lease
   await sleep(Number(input.sleep_ms)); // the "external call", outside any transaction
   const client = await idem.begin(); // the completion transaction, under the fence
   const {

@@ -5,6 +5,7 @@
 use std::convert::Infallible;
 use std::ops::Deref;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use axum::body::Body;
 use axum::extract::FromRequestParts;
@@ -102,11 +103,17 @@ impl Lease {
         self.short(|s| &s.checkpoint, &params).await.map(drop)
     }
 
-    /// Extends the lease (by `lease`, else by the route's lease) under the fence.
-    pub async fn heartbeat(&self, lease: Option<&str>) -> Result<(), IdemError> {
-        let (lease, fence) = (lease.map(str::to_owned), self.inner.fence);
+    /// Extends the lease (by `lease`, else by the route's lease) under the fence; returns when
+    /// it now expires. The route's lease is sent, not NULL: NULL is the database's own default
+    /// (`pg_idem.lease_timeout`), which would shorten a route's longer lease.
+    pub async fn heartbeat(&self, lease: Option<&str>) -> Result<SystemTime, IdemError> {
+        let lease = lease
+            .map(str::to_owned)
+            .or_else(|| self.inner.cfg.lease.clone());
+        let fence = self.inner.fence;
         let params: [(&(dyn ToSql + Sync), Type); 2] = [(&fence, Type::INT8), (&lease, Type::TEXT)];
-        self.short(|s| &s.heartbeat, &params).await.map(drop)
+        let row = self.short(|s| &s.heartbeat, &params).await?;
+        Ok(row.try_get(0)?)
     }
 
     /// Opens the completion transaction (once; later calls return the same one) after checking

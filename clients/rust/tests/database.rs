@@ -114,8 +114,18 @@ async fn ends_tx(idem: Idem, body: String) -> Result<&'static str, IdemError> {
 async fn leased(lease: Lease, body: String) -> Result<(StatusCode, String), IdemError> {
     let resumed = lease.checkpoint_phase().map(str::to_owned);
     lease.checkpoint("charged", &json!({"n": 1})).await?;
-    lease.heartbeat(None).await?;
-    lease.heartbeat(Some("10 seconds")).await?;
+    // None extends by the route's lease (5 seconds), not the database's default (1 minute)
+    let seconds_left = |until: SystemTime| {
+        until
+            .duration_since(SystemTime::now())
+            .map_or(0, |d| d.as_secs())
+    };
+    let by_route = seconds_left(lease.heartbeat(None).await?);
+    let by_argument = seconds_left(lease.heartbeat(Some("10 seconds")).await?);
+    if by_route > 5 || !(6..=10).contains(&by_argument) {
+        let leases = format!("heartbeats left {by_route} s and {by_argument} s");
+        return Ok((StatusCode::INTERNAL_SERVER_ERROR, leases));
+    }
     if body == "transient" {
         return Ok((StatusCode::SERVICE_UNAVAILABLE, "later".into()));
     }

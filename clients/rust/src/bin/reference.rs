@@ -50,6 +50,7 @@ struct Order {
     set_cookie: bool,
     links: bool,
     commit: Option<String>,
+    heartbeat: bool,
 }
 
 fn main() {
@@ -191,6 +192,7 @@ fn parse(body: &[u8]) -> Result<Order, BadRequest> {
         set_cookie: obj.get("set_cookie").and_then(Value::as_bool) == Some(true),
         links: obj.get("links").and_then(Value::as_bool) == Some(true),
         commit: obj.get("commit").and_then(Value::as_str).map(str::to_owned),
+        heartbeat: obj.get("heartbeat").and_then(Value::as_bool) == Some(true),
     })
 }
 
@@ -299,7 +301,10 @@ async fn payout(lease: Lease, body: Bytes) -> Result<Response, IdemError> {
         Err(bad) => return Ok(bad.into_response()),
     };
     let bank_ref = lease.downstream_key("bank").await?;
-    // the "external call", outside any transaction and without a heartbeat
+    if order.heartbeat {
+        lease.heartbeat(None).await?; // by the route's lease
+    }
+    // the "external call", outside any transaction
     tokio::time::sleep(Duration::from_millis(order.sleep_ms)).await;
     let tx = lease.begin().await?;
     let attempt = lease.attempt();

@@ -63,6 +63,8 @@ def parse_body(raw: bytes) -> dict:
     sleep = req.get("sleep_ms", 0)
     if type(sleep) not in (int, float) or sleep < 0:
         raise BadRequest("sleep_ms must be a non-negative number")
+    if req.get("heartbeat") not in (None, True, False):
+        raise BadRequest("heartbeat must be a boolean")
     if req.get("commit") not in (None, "api", "sql"):
         raise BadRequest('commit must be "api" or "sql"')
     return req

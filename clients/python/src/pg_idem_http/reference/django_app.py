@@ -160,6 +160,8 @@ def build_urls() -> None:
             return HttpResponse(bad_request_body(exc), status=400, content_type=JSON)
         lease, amount = request.idem, req["amount"]
         bank_ref = lease.downstream_key("bank")
+        if req.get("heartbeat"):
+            lease.heartbeat()  # by the route's lease
         if req.get("sleep_ms"):
             time.sleep(req["sleep_ms"] / 1000)  # the "external call": no transaction held
         conn = lease.begin()  # 55000 when another attempt took over: 409 lease_lost

@@ -118,6 +118,8 @@ def create_app(pool: AsyncConnectionPool) -> FastAPI:
             return Response(bad_request_body(exc), 400, media_type=JSON)
         amount = req["amount"]
         bank_ref = await lease.downstream_key("bank")
+        if req.get("heartbeat"):
+            await lease.heartbeat()  # by the route's lease
         if req.get("sleep_ms"):
             await asyncio.sleep(req["sleep_ms"] / 1000)  # the "external call": no transaction
         conn = await lease.begin()  # 55000 here when another attempt took over: 409 lease_lost

@@ -249,6 +249,7 @@ public final class ReferenceApp extends HttpServlet {
         long amount = ((BigDecimal) body.get("amount")).longValueExact();
         LeaseContext lease = Idem.lease(req);
         String bankRef = lease.downstreamKey("bank");
+        if (Boolean.TRUE.equals(body.get("heartbeat"))) lease.heartbeat(null); // by the route's lease
         if (body.get("sleep_ms") instanceof BigDecimal) Thread.sleep(((BigDecimal) body.get("sleep_ms")).longValue());
         Connection conn = lease.transaction();
         long id;

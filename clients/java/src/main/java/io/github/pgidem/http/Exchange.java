@@ -173,7 +173,7 @@ final class Exchange {
 
     private void leaseMode(HttpServletRequest request, String tenant, Claim c) throws IOException, ServletException {
         LeaseContext lease = new LeaseContext(filter.dataSource(), filter.statements(), tenant, scopedKey, c.fence,
-                c.attempt, c.checkpointPhase, c.checkpointData);
+                c.attempt, c.checkpointPhase, c.checkpointData, route.lease);
         BufferedResponse buffered = new BufferedResponse(res);
         try {
             bound(request, null, lease, buffered);

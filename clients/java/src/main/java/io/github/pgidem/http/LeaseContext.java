@@ -4,6 +4,7 @@ import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
+import java.time.OffsetDateTime;
 import javax.sql.DataSource;
 
 /**
@@ -23,10 +24,11 @@ public final class LeaseContext {
     private final int attempt;
     private final String checkpointPhase;
     private final String checkpointData;
+    private final String routeLease;
     private Connection completion;
 
     LeaseContext(DataSource dataSource, Statements sql, String tenant, String scopedKey, long fence, int attempt,
-                 String checkpointPhase, String checkpointData) {
+                 String checkpointPhase, String checkpointData, String routeLease) {
         this.dataSource = dataSource;
         this.sql = sql;
         this.tenant = tenant;
@@ -35,6 +37,7 @@ public final class LeaseContext {
         this.attempt = attempt;
         this.checkpointPhase = checkpointPhase;
         this.checkpointData = checkpointData;
+        this.routeLease = routeLease;
     }
 
     /** This attempt's fence token (every write under the lease carries it). */
@@ -54,17 +57,23 @@ public final class LeaseContext {
 
     /** The same UUID on every attempt for this step: send it as the external call's idempotency key. */
     public String downstreamKey(String step) throws SQLException {
-        return shortTransaction(sql.downstreamKey, tenant, scopedKey, step);
+        return shortTransaction(String.class, sql.downstreamKey, tenant, scopedKey, step);
     }
 
     /** Saves progress (phase and JSON data) under the fence, for a later attempt to resume from. */
     public void checkpoint(String phase, String dataJson) throws SQLException {
-        shortTransaction(sql.checkpoint, tenant, scopedKey, fence, phase, dataJson);
+        shortTransaction(Void.class, sql.checkpoint, tenant, scopedKey, fence, phase, dataJson);
     }
 
-    /** Extends the lease (null: by the claim's lease) under the fence. */
-    public void heartbeat(String lease) throws SQLException {
-        shortTransaction(sql.heartbeat, tenant, scopedKey, fence, lease);
+    /**
+     * Extends the lease by {@code lease} (an interval, "30 seconds"), or with null by the route's
+     * lease, under the fence; returns when it now expires. The route's lease is sent, not NULL:
+     * NULL is the database's own default ({@code pg_idem.lease_timeout}), which would shorten a
+     * route's longer lease.
+     */
+    public OffsetDateTime heartbeat(String lease) throws SQLException {
+        return shortTransaction(OffsetDateTime.class, sql.heartbeat, tenant, scopedKey, fence,
+                lease != null ? lease : routeLease);
     }
 
     /**
@@ -94,13 +103,13 @@ public final class LeaseContext {
         return completion;
     }
 
-    private String shortTransaction(Sql statement, Object... args) throws SQLException {
+    private <T> T shortTransaction(Class<T> type, Sql statement, Object... args) throws SQLException {
         try (Connection c = dataSource.getConnection()) {
             c.setAutoCommit(false);
             try {
-                String result = null;
+                T result = null;
                 try (PreparedStatement st = statement.prepare(c, args); ResultSet rs = st.executeQuery()) {
-                    if (rs.next()) result = rs.getString(1);
+                    if (type != Void.class && rs.next()) result = rs.getObject(1, type); // void: nothing to read
                 }
                 c.commit();
                 return result;

@@ -19,6 +19,8 @@ import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.time.Duration;
+import java.time.OffsetDateTime;
 import java.util.Base64;
 import java.util.List;
 import java.util.Map;
@@ -84,7 +86,12 @@ class HttpTest {
             String bank = lease.downstreamKey("bank");
             if (!bank.equals(lease.downstreamKey("bank"))) throw new IllegalStateException("downstream key changed");
             lease.checkpoint("sent", "{\"bank\":\"" + bank + "\"}");
-            lease.heartbeat(null);
+            // null extends by the route's lease (5 seconds), not the database's default (1 minute)
+            long byRoute = secondsLeft(lease.heartbeat(null));
+            long byArgument = secondsLeft(lease.heartbeat("10 seconds"));
+            if (byRoute > 5 || byArgument < 6 || byArgument > 10) {
+                throw new IllegalStateException("heartbeats left " + byRoute + " s and " + byArgument + " s");
+            }
             try (PreparedStatement st = lease.transaction().prepareStatement("INSERT INTO jt (tenant, k) VALUES (?, ?)")) {
                 st.setString(1, req.getHeader("X-Tenant"));
                 st.setString(2, Idem.key(req));
@@ -94,6 +101,10 @@ class HttpTest {
             res.setContentType("text/plain");
             res.getWriter().write(bank + " " + lease.attempt() + " " + lease.checkpointPhase());
         }
+    }
+
+    static long secondsLeft(OffsetDateTime until) {
+        return Duration.between(OffsetDateTime.now(), until).getSeconds();
     }
 
     @BeforeAll
