@@ -21,6 +21,7 @@ import (
 
 // Constants is the contract's reference_app section.
 type Constants struct {
+	Tables                     []string `json:"tables"`
 	StatementTimeoutMs         int64    `json:"statement_timeout_ms"`
 	IdleInTransactionTimeoutMs int64    `json:"idle_in_transaction_timeout_ms"`
 	PayoutLease                string   `json:"payout_lease"`
@@ -43,14 +44,6 @@ func LoadConstants() (Constants, error) {
 	return c.ReferenceApp, err
 }
 
-// schemaSQL is the contract's; the tables are named with their schema (a hostile search_path
-// puts another role's schema first). The lock: apps started at once would race on CREATE TABLE
-// IF NOT EXISTS (23505 on pg_type); the Node.js apps take the same one.
-const schemaSQL = `SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg-idem-http reference tables'));
-CREATE TABLE IF NOT EXISTS public.payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL);
-ALTER TABLE public.payments ADD COLUMN IF NOT EXISTS order_id bigint;
-CREATE TABLE IF NOT EXISTS public.payouts (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL);`
-
 // New creates the app's tables and returns its router and its Idempotency (for the counts).
 func New(ctx context.Context, db *sql.DB) (http.Handler, *pgidem.Idempotency, error) {
 	k, err := LoadConstants()
@@ -62,7 +55,8 @@ func New(ctx context.Context, db *sql.DB) (http.Handler, *pgidem.Idempotency, er
 		return nil, nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	for _, stmt := range strings.Split(schemaSQL, "\n") {
+	// CONTRACT.md "The reference apps": the apps' lock, then the tables (named with their schema)
+	for _, stmt := range k.Tables {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return nil, nil, err
 		}

@@ -25,13 +25,8 @@ async function createTables(p) {
   const client = await p.connect();
   try {
     await client.query('BEGIN');
-    // apps started at once would race on CREATE TABLE IF NOT EXISTS (23505 on pg_type)
-    await client.query("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg-idem-http reference tables'))");
-    // named with their schema in every statement (CONTRACT.md): the first schema of the
-    // conformance suite's search_path belongs to another role
-    await client.query('CREATE TABLE IF NOT EXISTS public.payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL)');
-    await client.query('ALTER TABLE public.payments ADD COLUMN IF NOT EXISTS order_id bigint');
-    await client.query('CREATE TABLE IF NOT EXISTS public.payouts (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL)');
+    // CONTRACT.md "The reference apps": the apps' lock, then the tables (named with their schema)
+    for (const statement of ref.tables) await client.query(statement);
     await client.query('COMMIT');
   } catch (err) {
     await client.query('ROLLBACK').catch(() => {});

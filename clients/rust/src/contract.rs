@@ -77,6 +77,8 @@ pub struct Sql {
 
 #[derive(Debug, Deserialize)]
 pub struct ReferenceApp {
+    /// Run in one transaction before a reference app listens: the apps' lock, then the tables.
+    pub tables: Vec<String>,
     pub statement_timeout_ms: u64,
     pub idle_in_transaction_timeout_ms: u64,
     pub payout_lease: String,

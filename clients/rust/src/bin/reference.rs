@@ -24,16 +24,6 @@ use pg_idem_http::tokio_postgres::{Config, NoTls};
 use pg_idem_http::{json_response, Idem, IdemError, IdemLayer, Lease, Pool};
 use serde_json::Value;
 
-/// CONTRACT.md "The reference apps": the tables are named with their schema in every statement,
-/// as the conformance suite puts another role's schema first on the search_path. The lock is the
-/// one every reference app takes: apps started at once would race on CREATE TABLE IF NOT EXISTS.
-const TABLES: &str = "BEGIN;
-SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg-idem-http reference tables'));
-CREATE TABLE IF NOT EXISTS public.payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL);
-ALTER TABLE public.payments ADD COLUMN IF NOT EXISTS order_id bigint;
-CREATE TABLE IF NOT EXISTS public.payouts (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL);
-COMMIT;";
-
 /// (tenant, key) pairs whose injected transient failure has happened, in this process only.
 #[derive(Clone)]
 struct AppState {
@@ -129,10 +119,15 @@ async fn serve(dsn: &str, port: u16) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 async fn create_tables(pool: &Pool) -> Result<(), Box<dyn std::error::Error>> {
-    // TABLES takes the reference apps' lock; a failed try (a connection lost at start) is retried
+    // CONTRACT.md "The reference apps": the apps' lock, then the tables (named with their
+    // schema), in one transaction; a failed try (a connection lost at start) is retried
+    let tables = format!(
+        "BEGIN; {}; COMMIT;",
+        contract().reference_app.tables.join("; ")
+    );
     for attempt in 0.. {
         let client = pool.deadpool().get().await?;
-        match client.batch_execute(TABLES).await {
+        match client.batch_execute(&tables).await {
             Ok(()) => return Ok(()),
             Err(_) if attempt < 3 => {
                 drop(pg_idem_http::deadpool_postgres::Object::take(client));

@@ -11,18 +11,9 @@ from ..core import CONTRACT, Route
 
 APP = CONTRACT["reference_app"]
 
-# CONTRACT.md "The reference apps": the tables are named with their schema in every statement,
-# as the conformance suite puts another role's schema first on the search_path. Run in one
-# transaction; its lock, the one every reference app takes: apps started at once would race on
-# CREATE TABLE IF NOT EXISTS (23505 on pg_type)
-TABLES = (
-    "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg-idem-http reference tables'))",
-    "CREATE TABLE IF NOT EXISTS public.payments (id bigserial PRIMARY KEY, tenant text NOT NULL,"
-    " idem_key text NOT NULL, amount bigint NOT NULL)",
-    "ALTER TABLE public.payments ADD COLUMN IF NOT EXISTS order_id bigint",
-    "CREATE TABLE IF NOT EXISTS public.payouts (id bigserial PRIMARY KEY, tenant text NOT NULL,"
-    " idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL)",
-)
+# CONTRACT.md "The reference apps": the statements each app runs in one transaction before it
+# listens (a lock, then the tables, named with their schema in every statement)
+TABLES = tuple(APP["tables"])
 
 
 def routes() -> dict:

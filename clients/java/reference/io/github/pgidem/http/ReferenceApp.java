@@ -57,13 +57,9 @@ public final class ReferenceApp extends HttpServlet {
         PGSimpleDataSource ds = dataSource(dsn);
         try (Connection c = ds.getConnection(); Statement st = c.createStatement()) {
             c.setAutoCommit(false);
-            // apps started at once would race on CREATE TABLE IF NOT EXISTS (23505 on pg_type);
-            // created in public by name: the search_path may start with a schema the app cannot
-            // create in (the suite's hostile one), and the tables are then found through it
-            st.execute("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('pg-idem-http reference tables'))");
-            st.execute("CREATE TABLE IF NOT EXISTS public.payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL)");
-            st.execute("ALTER TABLE public.payments ADD COLUMN IF NOT EXISTS order_id bigint");
-            st.execute("CREATE TABLE IF NOT EXISTS public.payouts (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL, amount bigint NOT NULL, attempt integer NOT NULL)");
+            // CONTRACT.md "The reference apps": the apps' lock, then the tables (named with their
+            // schema: the search_path may start with a schema the app cannot create in)
+            for (String statement : Contract.strings("reference_app", "tables")) st.execute(statement);
             c.commit();
         }
         int statementMs = ((Number) Contract.get("reference_app", "statement_timeout_ms")).intValue();
