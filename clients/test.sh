@@ -8,7 +8,7 @@
 #   clients/test.sh packages    the packages' unit tests only
 #   clients/test.sh conformance the conformance suite only
 set -uo pipefail
-cd "$(dirname "$0")"
+cd "$(dirname "$0")" || exit 1
 what="${1:-all}"
 passed=0
 failed=0

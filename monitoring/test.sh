@@ -138,7 +138,7 @@ if ! pg_start "$pgdir" "shared_preload_libraries = 'pg_idem'" "pg_idem.database 
     not_ok "starting PostgreSQL"
     finish
 fi
-PGDATABASE=$db
+export PGDATABASE=$db
 export PGCONNECT_TIMEOUT=10
 
 # sql SQL...: runs statements as the superuser in the test database, prints tuples only

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The lint of the test command, also run alone: formatting, clippy with warnings as errors, the
 # layers of src/ (scripts/check_layers.py), the suite list of tests/ (tests/check_suites.sh),
-# the test command's report (tests/check_steps.sh), META.json's version against Cargo.toml's,
-# and that every benchmark report the docs cite exists.
+# the test command's report (tests/check_steps.sh), shellcheck on every shell script, META.json's
+# version against Cargo.toml's, and that every benchmark report the docs cite exists.
 # Exits 1 when any of them fails (each runs).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 rc=0
 cargo fmt --all --check || rc=1
 cargo clippy --all-targets -p pg_idem_tests -- -D warnings || rc=1
@@ -18,6 +18,13 @@ python3 scripts/check_layers.py || rc=1
 tests/check_suites.sh || rc=1
 # the test command's report ends with what failed (scripts/lib/steps.sh)
 tests/check_steps.sh || rc=1
+# every tracked shell script at shellcheck's warning level (sourced files say their shell)
+if command -v shellcheck >/dev/null; then
+    git ls-files -z '*.sh' | xargs -0 shellcheck -S warning || rc=1
+else
+    echo "shellcheck is missing: scripts/setup.sh installs it (Debian: shellcheck)" >&2
+    rc=1
+fi
 meta="$(python3 -c 'import json; print(json.load(open("META.json"))["version"])')"
 cargo="$(sed -nE 's/^version = "([^"]+)"/\1/p' Cargo.toml | head -n 1)"
 [ "$meta" = "$cargo" ] || { echo "META.json says $meta, Cargo.toml $cargo" >&2; rc=1; }

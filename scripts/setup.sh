@@ -34,7 +34,8 @@ wanted=("$@")
 # service
 # postgresql-15-cron: pg_cron, which the SQL edition's purge test schedules idem_purge() with
 # (tests/sql_edition/sql_edition_purge.rs; every managed service offers it)
-packages=(postgresql-15 postgresql-server-dev-15 postgresql-client-15 libclang-dev clang sudo python3-venv faketime pgbouncer postgresql-15-cron)
+# and the lint checks every shell script with shellcheck (scripts/lint.sh)
+packages=(postgresql-15 postgresql-server-dev-15 postgresql-client-15 libclang-dev clang sudo python3-venv faketime pgbouncer postgresql-15-cron shellcheck)
 command -v node >/dev/null || packages+=(nodejs)
 command -v npm >/dev/null || packages+=(npm)
 missing=()

@@ -16,7 +16,7 @@
 # machine (Debian's PostgreSQL 15 gets its pg_idem files back as they were when it ends), and
 # the longer tier that is not in it (bench/'s full runs).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root="$(pwd)"
 # shellcheck source=lib/versions.sh
 source scripts/lib/versions.sh
@@ -56,8 +56,13 @@ is_full() { [[ " ${full[*]} " == *" $1 "* ]]; }
 has_version() { [[ " ${versions[*]} " == *" $1 "* ]]; }
 
 # the whole command's budget on 2 cores, setup included: the report says when a run went over
-steps_budget=2700
-[ "$mode" = quick ] && steps_budget=600
+# (read by report_steps, scripts/lib/steps.sh)
+if [ "$mode" = quick ]; then
+    steps_budget=600
+else
+    steps_budget=2700
+fi
+export steps_budget
 setup_args=("${versions[@]}")
 # the release step's PGXN validator (tests/release/)
 [ "$mode" = all ] && has_version 15 && setup_args=(--release "${versions[@]}")

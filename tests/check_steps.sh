@@ -4,7 +4,7 @@
 # the tail of a CI log says what failed; a green run names none and exits 0.
 # Prints what is wrong and exits 1, or exits 0 silently.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 failed=0
 fail() {

@@ -16,6 +16,9 @@ CP_REF="$CP_MAIN:$J/postgresql.jar"
 CP_TEST="$CP_REF:$J/junit-jupiter-api.jar:$J/apiguardian-api.jar:$J/opentest4j.jar:$J/junit-platform-commons.jar"
 version="$(sed -n 's#^  <version>\(.*\)</version>#\1#p' pom.xml | head -n 1)"
 lib="build/pg-idem-http-$version.jar"
+mapfile -t main_sources < <(find src/main/java -name '*.java')
+mapfile -t reference_sources < <(find reference -name '*.java')
+mapfile -t test_sources < <(find src/test/java -name '*.java')
 
 newer() { # TARGET DIR...: true when TARGET is missing or older than a file under DIR
     local target="$1"; shift
@@ -24,7 +27,7 @@ newer() { # TARGET DIR...: true when TARGET is missing or older than a file unde
 
 if newer "$lib" src/main; then
     rm -rf build/classes && mkdir -p build/classes/META-INF/maven/io.github.pg-idem/pg-idem-http
-    javac --release 17 -Xlint:all -Werror -cp "$CP_MAIN" -d build/classes $(find src/main/java -name '*.java')
+    javac --release 17 -Xlint:all -Werror -cp "$CP_MAIN" -d build/classes "${main_sources[@]}"
     cp -r src/main/resources/. build/classes/
     cp pom.xml build/classes/META-INF/maven/io.github.pg-idem/pg-idem-http/pom.xml
     cp ../../LICENSE build/classes/META-INF/LICENSE
@@ -33,12 +36,12 @@ fi
 [ "${1:-}" != lib ] || exit 0
 if newer build/reference.jar reference "$lib"; then
     rm -rf build/reference-classes && mkdir -p build/reference-classes
-    javac --release 17 -Xlint:all -Werror -cp "$CP_REF:$lib" -d build/reference-classes $(find reference -name '*.java')
+    javac --release 17 -Xlint:all -Werror -cp "$CP_REF:$lib" -d build/reference-classes "${reference_sources[@]}"
     jar --create --file build/reference.jar -C build/reference-classes .
 fi
 if newer build/test-classes.stamp src/test "$lib"; then
     rm -rf build/test-classes && mkdir -p build/test-classes
     javac --release 17 -Xlint:all -Werror -cp "$CP_TEST:$lib:build/reference.jar" -d build/test-classes \
-        $(find src/test/java -name '*.java')
+        "${test_sources[@]}"
     touch build/test-classes.stamp
 fi

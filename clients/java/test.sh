@@ -7,7 +7,7 @@
 # "N passed, N failed, N skipped" (what clients/test.sh adds up); exits non-zero on any failure.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-cd "$here/../.."
+cd "$here/../.." || exit 1
 out="$(mktemp)"
 server=""
 cleanup() {

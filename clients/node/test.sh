@@ -7,7 +7,7 @@
 # clean directory by clients/release-check.sh.) Needs setup.sh. Ends with "N passed, N failed,
 # N skipped".
 set -uo pipefail
-cd "$(dirname "$0")"
+cd "$(dirname "$0")" || exit 1
 root="$(cd ../.. && pwd)"
 out="$(mktemp)"
 work="$(mktemp -d /tmp/pg_idem_node.XXXXXX)"

@@ -5,7 +5,7 @@
 # the PostgreSQL whose pg_config is first in PATH), the README's SQLAlchemy recipe, ruff and
 # mypy. (The sdist and the wheel: pack.sh, checked by clients/release-check.sh.) Needs ./setup.sh.
 set -uo pipefail
-cd "$(dirname "$0")"
+cd "$(dirname "$0")" || exit 1
 [ -x .venv/bin/python ] || { echo "clients/python/test.sh: run clients/python/setup.sh first" >&2; exit 1; }
 # shellcheck source=../../scripts/lib/pg.sh
 source ../../scripts/lib/pg.sh

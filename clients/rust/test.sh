@@ -6,7 +6,7 @@
 # by clients/release-check.sh.) Prints cargo's own summaries, then one closing line
 # "N passed, N failed, N skipped" (what clients/test.sh adds up); exits non-zero on any failure.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 out="$(mktemp)"
 server=""
 cleanup() {

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Throwaway PostgreSQL servers for the demo, the runners and the benchmarks. Source this file.
 #
 #   pg_start DIR [postgresql.conf line]...   initdb DIR/data, start on a free port; exports
@@ -100,6 +101,7 @@ pg_bouncer_start() {
     else
         pgbouncer -q "$dir/pgbouncer.ini" &
     fi
+    # shellcheck disable=SC2034 # the caller kills it
     BOUNCER_PID=$!
     local _
     for _ in $(seq 100); do

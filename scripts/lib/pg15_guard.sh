@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Debian's PostgreSQL 15 is the system's own, and the test command's in-server and install steps
 # write pg_idem's files into it. Source this file (scripts/test.sh):
 #

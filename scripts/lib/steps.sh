@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The test command's steps: run, count, time and report them. Source this file (scripts/test.sh).
 #
 #   step NAME CMD...       runs CMD in the foreground, shows its output, counts its tests

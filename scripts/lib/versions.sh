@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The PostgreSQL major versions pg_idem supports, and where each one lives. Source this file.
 #
 #   SUPPORTED_PG                 the majors, in the order the test command runs them

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The set-up of the SQL edition's install snippets: the files `scripts/package.sh sql` writes, in
 # the current directory, and a database `app` owned by a role `app_owner` that is no superuser.
 python3 "$PG_IDEM_ROOT/scripts/sql_edition.py" --out . >/dev/null
