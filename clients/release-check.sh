@@ -10,8 +10,8 @@
 #   rust    the .crate unpacked and built offline (only the crate compiles: into the workspace's
 #           target directory, whose dependencies it shares), its axum quick start built and run
 #   java    the jar's files, the pom (parses, the jar's version, what Central is told), the
-#           sources jar; the servlet quick start compiled and run against the jar and Debian's
-#           Tomcat and PgJDBC jars only
+#           sources and javadoc jars; the servlet quick start compiled and run against the jar
+#           and Debian's Tomcat and PgJDBC jars only
 #   go      the module zip's layout; unpacked, the quick start built against it and run
 # Every quick start (clients/conformance/quickstart.py, as the conformance suite runs them)
 # asks for one payment twice: 201, then the same bytes replayed. They run against a throwaway
@@ -198,7 +198,7 @@ if crate="$(artifact 'pg-idem-http-*.crate')"; then
     check "rust: the README's axum quick start, built from the .crate, replays" quickstart axum "$work/axum-quickstart"
 else missing "rust: the crate" 'pg-idem-http-*.crate'; fi
 
-# ---- Java: the jar, its pom, the sources jar
+# ---- Java: the jar, its pom, the sources and javadoc jars
 java_jar() {
     local listing
     listing="$(jar --list --file "$1")" || return 1
@@ -231,6 +231,15 @@ assert set(scopes.values()) <= {"test"}, scopes
 assert "/usr/share" not in open(pom).read()
 PY
 }
+# the javadoc jar documents the classes a user touches
+java_javadoc() {
+    local listing page
+    listing="$(jar --list --file "$1")" || return 1
+    for page in index.html io/github/pgidem/http/IdempotencyFilter.html io/github/pgidem/http/Route.html \
+        io/github/pgidem/http/Idem.html io/github/pgidem/http/LeaseContext.html; do
+        grep -qx "$page" <<<"$listing" || { echo "the javadoc jar has no $page"; return 1; }
+    done
+}
 java_sources() {
     local listing
     listing="$(jar --list --file "$1")" &&
@@ -243,6 +252,9 @@ if jar="$(artifact 'pg-idem-http-[0-9]*[0-9].jar')" && pom="$(artifact 'pg-idem-
     if sources="$(artifact 'pg-idem-http-*-sources.jar')"; then
         check "java: the sources jar holds the filter's source and contract.json" java_sources "$sources"
     else missing "java: the sources jar" 'pg-idem-http-*-sources.jar'; fi
+    if javadoc="$(artifact 'pg-idem-http-*-javadoc.jar')"; then
+        check "java: the javadoc jar documents the filter, Route, Idem and LeaseContext" java_javadoc "$javadoc"
+    else missing "java: the javadoc jar" 'pg-idem-http-*-javadoc.jar'; fi
     check "java: the README's servlet quick start, against the jar and Debian's Tomcat and PgJDBC, replays" quickstart servlet "$jar"
 else missing "java: the jar and its pom" 'pg-idem-http-<version>.jar/.pom'; fi
 

@@ -4,7 +4,7 @@
 #   python   pg_idem_http-<v>.tar.gz, pg_idem_http-<v>-py3-none-any.whl   (PyPI)
 #   node     pg-idem-http-<v>.tgz                                          (npm)
 #   rust     pg-idem-http-<v>.crate                                        (crates.io)
-#   java     pg-idem-http-<v>.jar, .pom, -sources.jar                      (Maven Central)
+#   java     pg-idem-http-<v>.jar, .pom, -sources.jar, -javadoc.jar        (Maven Central)
 #   go       pg_idem-clients-go-v<v>.zip                                   (a Go module zip)
 # The versions are the packages' own (pyproject.toml, package.json, Cargo.toml, pom.xml,
 # clients/go/version.go). Offline from this machine's caches; needs clients/setup.sh to have

@@ -4,8 +4,10 @@
 #                                        contract.json, the licence, META-INF/maven/.../pom.xml)
 #   pg-idem-http-<version>.pom           pom.xml
 #   pg-idem-http-<version>-sources.jar   src/main (Central wants one beside every jar)
-# Offline, with the JDK (setup.sh installs it). Left for publishing: the javadoc jar and the
-# signatures Central also asks for. clients/release.sh runs it; clients/release-check.sh checks
+#   pg-idem-http-<version>-javadoc.jar   the public API's javadoc (Central wants one too); a
+#                                        doclint error (a broken tag or link) fails the build
+# Offline, with the JDK (setup.sh installs it). Left for publishing: the signatures (.asc)
+# Central also asks for, made with the publisher's own key. clients/release.sh runs it; clients/release-check.sh checks
 # what it makes.
 #   clients/java/pack.sh OUT
 set -euo pipefail
@@ -18,4 +20,10 @@ cp "build/pg-idem-http-$version.jar" "$out/"
 cp pom.xml "$out/pg-idem-http-$version.pom"
 rm -f "$out/pg-idem-http-$version-sources.jar"
 jar --create --file "$out/pg-idem-http-$version-sources.jar" -C src/main/java . -C src/main/resources .
-printf '%s\n' "$out/pg-idem-http-$version.jar" "$out/pg-idem-http-$version.pom" "$out/pg-idem-http-$version-sources.jar"
+# doclint on everything but comments missing on members the README already documents
+rm -rf build/javadoc "$out/pg-idem-http-$version-javadoc.jar"
+javadoc -quiet -Xdoclint:all,-missing -Werror -d build/javadoc -cp /usr/share/java/tomcat10-embed-core.jar \
+    -sourcepath src/main/java -doctitle "pg-idem-http $version" io.github.pgidem.http >&2
+jar --create --file "$out/pg-idem-http-$version-javadoc.jar" -C build/javadoc .
+printf '%s\n' "$out/pg-idem-http-$version.jar" "$out/pg-idem-http-$version.pom" "$out/pg-idem-http-$version-sources.jar" \
+    "$out/pg-idem-http-$version-javadoc.jar"
