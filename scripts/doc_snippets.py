@@ -122,8 +122,8 @@ def fences(text):
     (line, why) of the blocks that cannot be read: a fence left open, an indented code block."""
     lines = text.split("\n")
     offsets = [0]
-    for l in lines:
-        offsets.append(offsets[-1] + len(l) + 1)
+    for line in lines:
+        offsets.append(offsets[-1] + len(line) + 1)
     found, problems = [], []
     last = ""  # the last line that is not blank, outside fenced blocks (a fence's closing line)
     i = 0
@@ -186,8 +186,8 @@ def snippets(page, problems, elsewhere):
     found = []
     blocks, bad = fences(text)
     problems.extend((page, line, why) for line, why in bad)
-    for k, l in enumerate(lines):
-        if RUN_AS_PASTED.fullmatch(l) and not (k + 1 < len(lines) and lines[k + 1].startswith("```")):
+    for k, line in enumerate(lines):
+        if RUN_AS_PASTED.fullmatch(line) and not (k + 1 < len(lines) and lines[k + 1].startswith("```")):
             problems.append((page, k + 1, ("a quickstart or recipe line must stand right above its "
                                            "fence, where its suite looks for the block")))
     for line, indent, marker, lang, info, code, start, end in blocks:
@@ -275,7 +275,7 @@ def reference_checks(srv):
     srv.psql(db, "CREATE EXTENSION pg_idem;")
     q = subprocess.run([str(BINDIR / "psql"), "-X", "-A", "-t", "-F", "|", "-d", db, "-c", FUNCTIONS_SQL],
                        env=srv.env, stdout=subprocess.PIPE, text=True, check=True).stdout
-    declared = [l.split("|") for l in q.strip().split("\n") if l]
+    declared = [line.split("|") for line in q.strip().split("\n") if line]
     page = ROOT / "docs" / "functions.md"
     text = page.read_text()
     documented = [(m.group(1), m.group(2)) for m in re.finditer(r"`(idem_\w+)\(([^)`]*)\)", text, re.S)]
@@ -325,8 +325,8 @@ def reference_checks(srv):
 
 
 def matches(expected, actual):
-    exp = [l.rstrip() for l in expected.strip("\n").split("\n")]
-    act = [l.rstrip() for l in actual.strip("\n").split("\n")]
+    exp = [line.rstrip() for line in expected.strip("\n").split("\n")]
+    act = [line.rstrip() for line in actual.strip("\n").split("\n")]
     if len(exp) != len(act):
         return False
     for e, a in zip(exp, act):
@@ -508,8 +508,8 @@ def main():
             print(f"{'ok' if ok else 'FAILED':8} {page}" + ("" if ok else ": " + bad[0]))
             continue
         print(f"{'ok' if ok else 'FAILED':8} {page.relative_to(ROOT)}: links" + ("" if ok else ": broken: " + ", ".join(bad)))
-    p = sum(1 for r in results if r[1] is True) + sum(1 for l in links if l[1])
-    f = sum(1 for r in results if r[1] is False) + sum(1 for l in links if not l[1]) + len(problems)
+    p = sum(1 for r in results if r[1] is True) + sum(1 for link in links if link[1])
+    f = sum(1 for r in results if r[1] is False) + sum(1 for link in links if not link[1]) + len(problems)
     k = sum(1 for r in results if r[1] is None)
     for s, ok, why in results:
         if ok is None and os.environ.get("PG_IDEM_SKIP_LOG"):

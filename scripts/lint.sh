@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The lint of the test command, also run alone: formatting, clippy with warnings as errors, the
 # layers of src/ (scripts/check_layers.py), the suite list of tests/ (tests/check_suites.sh),
-# the test command's report (tests/check_steps.sh), shellcheck on every shell script, META.json's
-# version against Cargo.toml's, and that every benchmark report the docs cite exists.
+# the test command's report (tests/check_steps.sh), ruff on the Python, shellcheck on every shell
+# script, META.json's version against Cargo.toml's, and that every benchmark report the docs cite
+# exists.
 # Exits 1 when any of them fails (each runs).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -18,6 +19,13 @@ python3 scripts/check_layers.py || rc=1
 tests/check_suites.sh || rc=1
 # the test command's report ends with what failed (scripts/lib/steps.sh)
 tests/check_steps.sh || rc=1
+# the project's own Python with ruff's default rules (ruff.toml; the package's stricter settings
+# in clients/python/pyproject.toml apply there), from a venv of its own under target/
+ruff_venv=target/lint-venv
+if [ ! -x "$ruff_venv/bin/ruff" ]; then
+    python3 -m venv "$ruff_venv" && "$ruff_venv/bin/pip" install -q --disable-pip-version-check ruff==0.17.6 || rc=1
+fi
+"$ruff_venv/bin/ruff" check --quiet . || rc=1
 # every tracked shell script at shellcheck's warning level (sourced files say their shell)
 if command -v shellcheck >/dev/null; then
     git ls-files -z '*.sh' | xargs -0 shellcheck -S warning || rc=1

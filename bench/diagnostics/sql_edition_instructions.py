@@ -297,7 +297,7 @@ def main(argv=None) -> int:
         # single-user mode needs the server stopped: stop it, keep its data directory
         subprocess.run(["bash", "-c", f"source {shlex.quote(str(PG_SH))}; pg_run \"$PG_BINDIR/pg_ctl\" -D "
                         f"{shlex.quote(server.dir)}/data -m fast -w stop"], check=True, capture_output=True)
-        print(f"SQL edition files: " + ", ".join(f"{db}: {i['path']} (sha256 {i['sha256'][:12]})" for db, i in dbs.items()))
+        print("SQL edition files: " + ", ".join(f"{db}: {i['path']} (sha256 {i['sha256'][:12]})" for db, i in dbs.items()))
         print(f"k instructions per transaction of the server (callgrind, {args.n} transactions after 50):\n")
         results = {}
         for group, hand, edition in pairs:

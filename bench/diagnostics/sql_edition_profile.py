@@ -217,7 +217,7 @@ def profile_group(db: Server, side: Side, group: str, args, workdir: str) -> dic
 
 def render(results: list[dict], meta: dict) -> str:
     L = []
-    L.append(f"# Where the SQL edition's time goes")
+    L.append("# Where the SQL edition's time goes")
     L.append("")
     L.append(f"`{meta['command']}` at {meta['at']}; {meta['postgres']}; SQL edition file `{meta['file']['path']}` "
              f"(sha256 {meta['file']['sha256'][:12]}); 1 client, pgbench -M prepared, {meta['seconds']:g} s per group; "

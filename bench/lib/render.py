@@ -123,7 +123,7 @@ def write_report(out: Path, args, results: dict, summ: dict, problems: list[str]
     L(f"- {env.get('postgres')}; {env.get('pgbench')}")
     L(f"- pg_idem {env.get('pg_idem_version')}: `{so.get('path')}`, {fmt(so.get('bytes'), 0)} bytes, "
       f"built {so.get('mtime')}, build profile: **{so.get('profile_guess')}**")
-    L(f"- Server settings: " + ", ".join(f"`{k} = {v}`" for k, v in env.get("settings", {}).items()))
+    L("- Server settings: " + ", ".join(f"`{k} = {v}`" for k, v in env.get("settings", {}).items()))
     settings = env.get("settings", {})
     if settings.get("fsync", "on") == "on" and settings.get("synchronous_commit", "on") == "on":
         L("- fsync and synchronous_commit are on (the defaults): every commit waits for a WAL flush. "
@@ -132,13 +132,13 @@ def write_report(out: Path, args, results: dict, summ: dict, problems: list[str]
         L(f"- **fsync = {settings.get('fsync')}, synchronous_commit = {settings.get('synchronous_commit')}**: "
           "commits do not wait for a WAL flush, so this run compares CPU work, not durable commits. "
           "Server and pgbench share the same CPUs, connections go over TCP to 127.0.0.1.")
-    L(f"- pgbench `-M prepared`, `-j` = min(clients, 2); keys (message ids) come from the client as random 63-bit "
-      f"numbers, tenants `t1`..`t100` (consumer scenarios: subscribers `sub-1`..`sub-10`; the batches' 100 ids are "
-      f"`seed-1`..`seed-100` from a random seed); "
-      f"tables are truncated and a CHECKPOINT taken before every run, so every run starts from empty "
-      f"tables (WAL per transaction then holds almost no full-page images: the pages are new). The purge worker is paused "
-      f"(`pg_idem.purge_interval = 0`) except during the purge measurement.")
-    L(f"- Runs per round in ABBA order (odd rounds forward, even rounds reversed): "
+    L("- pgbench `-M prepared`, `-j` = min(clients, 2); keys (message ids) come from the client as random 63-bit "
+      "numbers, tenants `t1`..`t100` (consumer scenarios: subscribers `sub-1`..`sub-10`; the batches' 100 ids are "
+      "`seed-1`..`seed-100` from a random seed); "
+      "tables are truncated and a CHECKPOINT taken before every run, so every run starts from empty "
+      "tables (WAL per transaction then holds almost no full-page images: the pages are new). The purge worker is paused "
+      "(`pg_idem.purge_interval = 0`) except during the purge measurement.")
+    L("- Runs per round in ABBA order (odd rounds forward, even rounds reversed): "
       + ", ".join(results.get("matrix_order", [])))
     L("")
     L("## Throughput and latency")
@@ -203,7 +203,7 @@ def write_report(out: Path, args, results: dict, summ: dict, problems: list[str]
     if "contended@" + str(args.contended_clients) in summ and summ["contended@" + str(args.contended_clients)].get("outcomes"):
         o = summ["contended@" + str(args.contended_clients)]["outcomes"]
         tot = sum(o.values()) or 1
-        L(f"Contended outcomes (all rounds): " + ", ".join(f"{k} {v:,} ({v / tot * 100:.1f}%)" for k, v in o.items())
+        L("Contended outcomes (all rounds): " + ", ".join(f"{k} {v:,} ({v / tot * 100:.1f}%)" for k, v in o.items())
           + ". TPS counts every request, including the duplicates that only claim.")
         L("")
     # ratios
@@ -334,7 +334,9 @@ def targets(L, args, clients, summ, ratio, st, pu, ip, wk, hd):
         L(target_line(f"pg_idem / plpgsql TPS, {c} client(s)", ratio("pg_idem", "plpgsql", c), 1.3))
     for c in clients:
         L(target_line(f"replay / pg_idem TPS, {c} client(s)", ratio("replay", "pg_idem", c), 4.0))
-    pct = lambda v: f"{v * 100:.1f}%"
+    def pct(v):
+        return f"{v * 100:.1f}%"
+
     for sc in ("pg_idem", "lease", "contended"):
         keys = [k for k in summ if k.startswith(sc + "@")]
         u = sum(summ[k]["idem_updates"] for k in keys)

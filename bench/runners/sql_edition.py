@@ -352,8 +352,8 @@ def write_report(out: Path, results: dict) -> None:
           f"database `{info.get('database')}` of a server without pg_idem preloaded; owner settings (rows of "
           f"idem.settings): " + (", ".join(f"`{k} = {v}`" for k, v in info.get("settings", {}).items())
                                  or "none, every setting at its default (purge in passing on)"))
-    L(f"- Hand-written patterns: database `hand` of the same server as the SQL edition "
-      f"(bench/scenarios/schema.sql without its CREATE EXTENSION).")
+    L("- Hand-written patterns: database `hand` of the same server as the SQL edition "
+      "(bench/scenarios/schema.sql without its CREATE EXTENSION).")
     L("- Server settings (both servers; the native one also preloads pg_idem): "
       + ", ".join(f"`{k} = {v}`" for k, v in sorted(sqlenv.get("server_settings", {}).items())))
     la = results.get("loadavg", {})
