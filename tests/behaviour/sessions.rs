@@ -316,7 +316,9 @@ fn replay_returns_exactly_what_was_stored() {
 fn expired_key_counts_as_absent_and_live_in_progress_does_not_expire_before_its_lease() {
     let server = Server::start(&[]);
     let mut a = server.client();
-    let c = claim_with(&mut a, "t", "done", "h", "1 s", Some("200 ms"));
+    // margins of a second or more each way, so that a stall of a busy machine cannot move a
+    // key across its expiry
+    let c = claim_with(&mut a, "t", "done", "h", "1 s", Some("1 s"));
     complete(&mut a, "t", "done", fence(&c), 200, "{}");
     assert_eq!(
         claim(&mut a, "t", "done", "h").outcome,
@@ -324,8 +326,8 @@ fn expired_key_counts_as_absent_and_live_in_progress_does_not_expire_before_its_
         "replayed within its ttl"
     );
     // a ttl shorter than the lease: the key lives as long as its lease
-    let live = claim_with(&mut a, "t", "live", "h", "2 s", Some("100 ms"));
-    thread::sleep(Duration::from_millis(350));
+    let live = claim_with(&mut a, "t", "live", "h", "3 s", Some("100 ms"));
+    thread::sleep(Duration::from_millis(1100));
     let again = claim(&mut a, "t", "done", "another hash");
     assert_eq!(
         again.outcome, "claimed",
@@ -370,15 +372,23 @@ fn a_heartbeat_keeps_a_long_attempt_past_its_ttl() {
     // checkpoint), not forgotten as if it had never run. The purge worker stays paused: a pass
     // that re-arms this row (its purge_after passed, it is not purgeable) holds its row lock for
     // that moment, and a claim meeting it answers in_progress (seen once in CI on PostgreSQL 14)
+    //
+    // The margins only widen when the machine is slow: the claim comes at least 300 ms after
+    // the last heartbeat, so past its 200 ms lease, and a heartbeat keeps the key for its ttl
+    // (2 s) from then, so a stall of up to 1.7 s still finds the key. (With a 500 ms ttl a
+    // 200 ms stall on a busy CI machine let the key expire: a fresh claim, attempt 1.)
     let server = Server::start(&["pg_idem.purge_interval = 0"]);
     let mut a = server.client();
-    let c = claim_with(&mut a, "t", "long", "h", "200 ms", Some("500 ms"));
+    let ttl = Duration::from_secs(2);
+    let claimed_at = Instant::now();
+    let c = claim_with(&mut a, "t", "long", "h", "200 ms", Some("2 s"));
     a.execute(
         "SELECT idem_checkpoint('t', 'long', $1, 'half-done', NULL)",
         &[&fence(&c)],
     )
     .unwrap();
-    for _ in 0..4 {
+    // heartbeats until the attempt has outlived its ttl
+    while claimed_at.elapsed() <= ttl {
         thread::sleep(Duration::from_millis(150));
         a.execute(
             "SELECT idem_heartbeat('t', 'long', $1, '200 ms')",
