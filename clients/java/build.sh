@@ -14,7 +14,9 @@ J=/usr/share/java
 CP_MAIN="$J/tomcat10-embed-core.jar"
 CP_REF="$CP_MAIN:$J/postgresql.jar"
 CP_TEST="$CP_REF:$J/junit-jupiter-api.jar:$J/apiguardian-api.jar:$J/opentest4j.jar:$J/junit-platform-commons.jar"
-version="$(sed -n 's#^  <version>\(.*\)</version>#\1#p' pom.xml | head -n 1)"
+# shellcheck source=version.sh
+source ./version.sh
+version="$(pom_version)"
 lib="build/pg-idem-http-$version.jar"
 mapfile -t main_sources < <(find src/main/java -name '*.java')
 mapfile -t reference_sources < <(find reference -name '*.java')

@@ -7,14 +7,16 @@
 #   pg-idem-http-<version>-javadoc.jar   the public API's javadoc (Central wants one too); a
 #                                        doclint error (a broken tag or link) fails the build
 # Offline, with the JDK (setup.sh installs it). Left for publishing: the signatures (.asc)
-# Central also asks for, made with the publisher's own key. clients/release.sh runs it; clients/release-check.sh checks
-# what it makes.
+# Central also asks for, made with the publisher's own key. clients/release.sh runs it;
+# clients/release-check.sh checks what it makes.
 #   clients/java/pack.sh OUT
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="$(cd "$1" && pwd)"
 cd "$here"
-version="$(sed -n 's#^  <version>\(.*\)</version>#\1#p' pom.xml | head -n 1)"
+# shellcheck source=version.sh
+source ./version.sh
+version="$(pom_version)"
 ./build.sh lib >&2
 cp "build/pg-idem-http-$version.jar" "$out/"
 cp pom.xml "$out/pg-idem-http-$version.pom"

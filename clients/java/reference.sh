@@ -4,8 +4,9 @@
 # Tiered compilation stops at C1 and class data sharing stays on: the suite starts it three times.
 here="$(cd "$(dirname "$0")" && pwd)"
 J=/usr/share/java
-# the library's jar is named after pom.xml's version, as build.sh names it
-version="$(sed -n 's#^  <version>\(.*\)</version>#\1#p' "$here/pom.xml" | head -n 1)"
+# shellcheck source=version.sh
+source "$here/version.sh"
+version="$(pom_version)"
 exec java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto \
     -cp "$here/build/reference.jar:$here/build/pg-idem-http-$version.jar:$J/tomcat10-embed-core.jar:$J/postgresql.jar" \
     io.github.pgidem.http.ReferenceApp "$@"

@@ -14,4 +14,6 @@ if [ "${#missing[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
 fi
 ./build.sh
-echo "clients/java ready: clients/java/build/pg-idem-http-$(sed -n 's#^  <version>\(.*\)</version>#\1#p' pom.xml | head -n 1).jar"
+# shellcheck source=version.sh
+source ./version.sh
+echo "clients/java ready: clients/java/build/pg-idem-http-$(pom_version).jar"

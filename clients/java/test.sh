@@ -27,7 +27,9 @@ if [ -z "${PG_IDEM_HTTP_TEST_DSN:-}" ]; then
 fi
 
 J=/usr/share/java
-version="$(sed -n 's#^  <version>\(.*\)</version>#\1#p' "$here/pom.xml" | head -n 1)"
+# shellcheck source=version.sh
+source "$here/version.sh"
+version="$(pom_version)"
 jar="$here/build/pg-idem-http-$version.jar"
 rc=0
 java -Dpgidem.contract="$here/../contract.json" -jar "$J/junit-platform-console-standalone.jar" \
